@@ -1,0 +1,88 @@
+// Package columns is the single source of truth for the flow.v1 record: one
+// table of columns from which the Go struct (generated into package schemas),
+// the Arrow schema, the Parquet schema and docs/schema.md are derived.
+//
+// Adding a column: append a row to FlowV1 (never rename or reorder existing
+// rows: readers depend on them), then run `make generate`.
+package columns
+
+// Kind is the logical type of a column.
+type Kind int
+
+// Column kinds. Every kind maps to exactly one Go, Arrow and Parquet type.
+const (
+	// Timestamp: Go int64 microseconds since the Unix epoch (UTC); Arrow
+	// timestamp[us, tz=UTC]; Parquet INT64 TIMESTAMP(MICROS, isAdjustedToUTC).
+	Timestamp Kind = iota
+	// String: Go string; Arrow utf8; Parquet BYTE_ARRAY STRING.
+	String
+	// Int32: Go int32; Arrow int32; Parquet INT32.
+	Int32
+	// Int64: Go int64; Arrow int64; Parquet INT64 (never unsigned: Spark).
+	Int64
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Timestamp:
+		return "timestamp"
+	case String:
+		return "string"
+	case Int32:
+		return "int32"
+	case Int64:
+		return "int64"
+	}
+	return "invalid"
+}
+
+// Column describes one column of a record schema.
+type Column struct {
+	Name   string // column name in Arrow, Parquet and SQL
+	GoName string // field name of the generated Go struct
+	Kind   Kind
+	// Dict marks a low-cardinality string: Parquet dictionary-encodes it.
+	Dict bool
+	// Delta marks a slowly-increasing integer (times, sequences): Parquet
+	// uses DELTA_BINARY_PACKED, measured ~20% faster and smaller than plain.
+	Delta bool
+	Doc   string
+}
+
+// SchemaName is the value of the tapflow.schema key in Parquet key-value
+// metadata and Arrow schema metadata.
+const SchemaName = "flow.v1"
+
+// FlowV1 is the flow.v1 record, in column order (DESIGN §4).
+var FlowV1 = []Column{
+	{Name: "time_start", GoName: "TimeStart", Kind: Timestamp, Delta: true, Doc: "first packet covered by this record (µs since epoch, UTC)"},
+	{Name: "time_end", GoName: "TimeEnd", Kind: Timestamp, Delta: true, Doc: "last packet covered by this record (µs since epoch, UTC); partitions by this"},
+	{Name: "node", GoName: "Node", Kind: String, Dict: true, Doc: "compute host that captured the record"},
+	{Name: "ifname", GoName: "Ifname", Kind: String, Dict: true, Doc: "tap device"},
+	{Name: "direction", GoName: "Direction", Kind: String, Dict: true, Doc: "tx (VM sends) or rx (VM receives), from the VM's point of view"},
+	{Name: "vm_mac", GoName: "VMMAC", Kind: String, Dict: true, Doc: "VM-side MAC after the directional swap"},
+	{Name: "peer_mac", GoName: "PeerMAC", Kind: String, Dict: true, Doc: "far-side MAC after the directional swap"},
+	{Name: "vlan_id", GoName: "VLANID", Kind: Int32, Doc: "802.1Q VLAN id; 0 when untagged"},
+	{Name: "ip_version", GoName: "IPVersion", Kind: Int32, Doc: "4 or 6"},
+	{Name: "protocol", GoName: "Protocol", Kind: Int32, Doc: "IANA protocol number"},
+	{Name: "src_ip", GoName: "SrcIP", Kind: String, Doc: "source address as on the wire"},
+	{Name: "dst_ip", GoName: "DstIP", Kind: String, Doc: "destination address as on the wire"},
+	{Name: "src_port", GoName: "SrcPort", Kind: Int32, Doc: "source port; 0 when not TCP/UDP/SCTP"},
+	{Name: "dst_port", GoName: "DstPort", Kind: Int32, Doc: "destination port; 0 when not TCP/UDP/SCTP"},
+	{Name: "tcp_flags", GoName: "TCPFlags", Kind: Int32, Doc: "OR of the TCP flags seen"},
+	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "packets covered by this record"},
+	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) covered by this record"},
+	{Name: "end_reason", GoName: "EndReason", Kind: String, Dict: true, Doc: "fin, rst, active_timeout, idle_timeout, overflow or shutdown"},
+	{Name: "tenant_id", GoName: "TenantID", Kind: String, Dict: true, Doc: "Keystone project UUID owning the VM port (the LB owner for amphorae), or unknown"},
+	{Name: "server_id", GoName: "ServerID", Kind: String, Dict: true, Doc: "Nova instance UUID; '' when unknown"},
+	{Name: "port_id", GoName: "PortID", Kind: String, Dict: true, Doc: "Neutron port UUID; '' when unknown"},
+	{Name: "zone", GoName: "Zone", Kind: String, Dict: true, Doc: "same_tenant, other_tenant, shared, external, infra, multicast or miss"},
+	{Name: "peer_tenant_id", GoName: "PeerTenantID", Kind: String, Dict: true, Doc: "tenant of the far end when known, else ''"},
+	{Name: "external_network", GoName: "ExternalNetwork", Kind: String, Dict: true, Doc: "external network name (ID when nameless) on external records, else none"},
+	{Name: "lb_id", GoName: "LBID", Kind: String, Dict: true, Doc: "Octavia load balancer when the tap is an amphora's, else ''"},
+	{Name: "lb_segment", GoName: "LBSegment", Kind: Int32, Doc: "1 (client ↔ VIP), 2 (amphora ↔ member), 0 otherwise"},
+	{Name: "agent_id", GoName: "AgentID", Kind: String, Dict: true, Doc: "agent that produced the record; with batch_seq and record_index the unique record identity"},
+	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent batch that carried the record"},
+	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},
+	{Name: "metadata_version", GoName: "MetadataVersion", Kind: Int64, Doc: "attribution snapshot version used to attribute the record"},
+}

@@ -1,0 +1,125 @@
+package snapshot
+
+import "net/netip"
+
+func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) *Endpoint {
+	e := s.macs[mac]
+	if e == nil || (e.DeleteAtUS != 0 && nowUS >= e.DeleteAtUS) {
+		return nil
+	}
+	return e
+}
+
+// lookupPrefix is the longest-prefix match on (tenant, remote) and then on
+// the global rows; the global table always matches (catchall external).
+func (s *Snapshot) lookupPrefix(tenant uint32, a netip.Addr) *rowVal {
+	var i int32 = -1
+	if a.Is4() {
+		b := a.As4()
+		k := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v4.lookup(k)
+		}
+		if i < 0 {
+			i = s.tables[0].v4.lookup(k)
+		}
+	} else {
+		k := addrKey(a)
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v6.lookup(k)
+		}
+		if i < 0 {
+			i = s.tables[0].v6.lookup(k)
+		}
+	}
+	if i < 0 {
+		return nil
+	}
+	return &s.vals[i]
+}
+
+func has(list []netip.Addr, a netip.Addr) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Attribute attributes one record. It does not allocate and is safe for
+// concurrent use. The order of the rules is the domain reference's §1.3
+// with §2's Octavia branch:
+//
+//  1. destination MAC with the group bit → multicast (tenant still from the
+//     VM MAC when known);
+//  2. VM MAC unknown (or its ghost expired) → unknown / miss;
+//  3. peer MAC a known VM-like port → amphora base-address test (infra,
+//     segment 2), else exact tenant comparison;
+//  4. otherwise longest prefix on (VM tenant, remote IP), then global rows;
+//  5. external records get the exit label: the peer router MAC's network,
+//     else the VM port's fallback, else none.
+func (s *Snapshot) Attribute(in *Input, out *Result) {
+	*out = Result{TenantID: UnknownTenant, ExternalNetwork: NoExternalNetwork, Zone: ZoneMiss, Version: s.version}
+	in.LocalIP, in.RemoteIP = in.LocalIP.Unmap(), in.RemoteIP.Unmap()
+	vm := s.lookupMAC(in.VMMAC, in.NowUS)
+	if vm != nil {
+		out.TenantID, out.ServerID, out.PortID = vm.TenantID, vm.ServerID, vm.PortID
+		if vm.Amphora {
+			out.LBID = vm.LBID
+		}
+	}
+	if in.Dir == DirInvalid {
+		return
+	}
+	if IsGroupMAC(in.DstMAC()) {
+		out.Zone = ZoneMulticast
+		return
+	}
+	if vm == nil {
+		out.UnknownVM = true
+		return
+	}
+	if vm.Amphora {
+		switch {
+		case has(vm.base, in.LocalIP):
+			out.LBSegment = 2
+		case has(vm.vips, in.LocalIP):
+			out.LBSegment = 1
+		}
+	}
+	if peer := s.lookupMAC(in.PeerMAC, in.NowUS); peer != nil {
+		// direct L2 between two known endpoints
+		out.PeerTenantID = peer.TenantID
+		switch {
+		case vm.Amphora && out.LBSegment == 2:
+			out.Zone = ZoneInfra
+		case peer.Amphora && has(peer.base, in.RemoteIP):
+			out.Zone, out.LBSegment = ZoneInfra, 2
+		case peer.TenantID == vm.TenantID:
+			out.Zone = ZoneSameTenant
+		default:
+			out.Zone = ZoneOtherTenant
+		}
+		if peer.Amphora && out.LBSegment == 0 && has(peer.vips, in.RemoteIP) {
+			out.LBSegment = 1
+		}
+		return
+	}
+	if !in.RemoteIP.IsValid() {
+		return // no address to classify: miss
+	}
+	r := s.lookupPrefix(vm.tenant, in.RemoteIP)
+	if r == nil {
+		return
+	}
+	out.Zone, out.PeerTenantID = r.zone, r.peer
+	if r.zone != ZoneExternal {
+		return
+	}
+	if l, ok := s.routerMACs[in.PeerMAC]; ok {
+		out.ExternalNetwork = l
+	} else if vm.ExternalNetwork != "" {
+		out.ExternalNetwork = vm.ExternalNetwork
+	}
+}

@@ -1,0 +1,85 @@
+package snapshot
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// Errors of ParseFlow. They are sentinels, so a bad record costs no
+// allocation either.
+var (
+	ErrBadDirection = errors.New("direction is neither tx nor rx")
+	ErrBadMAC       = errors.New("vm_mac or peer_mac is not a MAC")
+	ErrBadIP        = errors.New("src_ip or dst_ip is not an IP address")
+)
+
+// ParseFlow fills in from a textual record: vm_mac and peer_mac are already
+// swapped; the IPs are in wire order and swapped here by direction. Empty
+// IPs are left invalid (such a record can still be attributed by its MACs).
+// On error in holds what parsed.
+func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
+	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction)}
+	var err error
+	var ok bool
+	if in.VMMAC, ok = ParseMAC(f.VMMAC); !ok {
+		err = ErrBadMAC
+	}
+	if in.PeerMAC, ok = ParseMAC(f.PeerMAC); !ok {
+		err = ErrBadMAC
+	}
+	src, okS := parseWireIP(f.SrcIP)
+	dst, okD := parseWireIP(f.DstIP)
+	if !okS || !okD {
+		err = ErrBadIP
+	}
+	if in.Dir == DirRX {
+		in.LocalIP, in.RemoteIP = dst, src
+	} else {
+		in.LocalIP, in.RemoteIP = src, dst
+	}
+	if in.Dir == DirInvalid {
+		err = ErrBadDirection
+	}
+	return err
+}
+
+func parseWireIP(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// Stamp writes r into the attribution columns of f.
+func Stamp(f *schemas.Flow, r *Result) {
+	f.TenantID = r.TenantID
+	f.ServerID = r.ServerID
+	f.PortID = r.PortID
+	f.Zone = r.Zone.String()
+	f.PeerTenantID = r.PeerTenantID
+	f.ExternalNetwork = r.ExternalNetwork
+	f.LBID = r.LBID
+	f.LBSegment = r.LBSegment
+	f.MetadataVersion = r.Version
+}
+
+// AttributeFlow parses f, attributes it and stamps the result into it. A
+// record that does not parse is still stamped (what can be attributed from
+// the parts that parsed; miss when the direction is invalid) and the error
+// says what was wrong. out receives the result; it may not be nil.
+func (s *Snapshot) AttributeFlow(f *schemas.Flow, nowUS int64, out *Result) error {
+	var in Input
+	err := ParseFlow(f, nowUS, &in)
+	if err == ErrBadMAC {
+		in.Dir = DirInvalid // a record whose MACs are not MACs: miss
+	}
+	s.Attribute(&in, out)
+	Stamp(f, out)
+	return err
+}

@@ -1,0 +1,498 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * tapflow capture: per-flow aggregation on VM taps.
+ *
+ * tc_ingress / tc_egress are attached (tcx, or clsact + cls_bpf) to every
+ * tap: ingress = the VM sent the frame (tx), egress = the VM receives (rx).
+ * They never drop or alter a frame and always return TC_ACT_UNSPEC (tcx:
+ * TCX_NEXT), so that programs and filters after them — e.g. Neutron QoS
+ * policers on the tap — still decide the verdict.
+ *
+ * Conservation: every IP frame is counted in the per-CPU meter of its
+ * (interface, direction) and added to exactly one flow-table entry or
+ * exported on its own. Counters leave an entry only through an atomic
+ * exchange, so each byte is exported exactly once: by the exporter that
+ * wins the entry's `dead` flag, by a late updater that finds the flag set,
+ * or by an active-timeout export. A ring-buffer refusal is counted as lost.
+ */
+#include <stdbool.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "flow.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define EEXIST 17
+#define TH_FIN 0x01
+#define TH_RST 0x04
+#define IP_OFFSET_MASK 0x1fff
+#define PULL_MAX 192
+
+/* Set by the loader before load (rodata). */
+volatile const __u64 active_timeout_ns = 10000000000ULL;
+
+/* Sizes are placeholders: the loader sets them from capture.memory_budget. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct flow_key);
+	__type(value, struct flow_val);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} records SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * 1025);
+	__type(key, __u32);
+	__type(value, struct meter);
+} meters SEC(".maps");
+
+/* ifindex → meter slot (0 = unregistered). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, IFSLOT_ARRAY_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} if_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} if_slots_big SEC(".maps");
+
+
+/* Keeps struct flow_record in BTF for bpf2go (it lands in .rodata). */
+const struct flow_record *const flow_record_btf = 0;
+
+enum parse_result {
+	PARSE_IP = 0,
+	PARSE_NONIP = 1,
+	PARSE_PULL = 2, /* headers are beyond the linear area: pull, re-parse */
+};
+
+struct vlanhdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+struct ip6_ext {
+	__u8 nexthdr;
+	__u8 hdrlen;
+};
+
+struct ip6_frag {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
+};
+
+/* The frame is shorter in the linear area than the header we need: ask for
+ * a pull when the skb holds more, else treat it as truncated. */
+#define NEED(p, n, truncated)                                                  \
+	do {                                                                   \
+		if ((void *)(p) + (n) > end)                                   \
+			return more ? PARSE_PULL : (truncated);                \
+	} while (0)
+
+static __always_inline int parse_l4(void *data, void *end, __u32 off, bool more,
+				    struct flow_key *k, __u32 *flags)
+{
+	void *l4 = data + off;
+
+	switch (k->protocol) {
+	case IPPROTO_TCP:
+		NEED(l4, 14, PARSE_IP);
+		k->src_port = bpf_ntohs(*(__be16 *)l4);
+		k->dst_port = bpf_ntohs(*(__be16 *)(l4 + 2));
+		*flags = *(__u8 *)(l4 + 13);
+		break;
+	case IPPROTO_UDP:
+	case IPPROTO_UDPLITE:
+	case IPPROTO_SCTP:
+		NEED(l4, 4, PARSE_IP);
+		k->src_port = bpf_ntohs(*(__be16 *)l4);
+		k->dst_port = bpf_ntohs(*(__be16 *)(l4 + 2));
+		break;
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		NEED(l4, 2, PARSE_IP);
+		k->src_port = *(__u8 *)l4;       /* type */
+		k->dst_port = *(__u8 *)(l4 + 1); /* code */
+		break;
+	}
+	return PARSE_IP;
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k,
+				 __u32 *flags, bool can_pull)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	bool more = can_pull && skb->len > (__u32)(end - data);
+	__be16 proto;
+	__u32 off = ETH_HLEN;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	*flags = 0;
+
+	struct ethhdr *eth = data;
+	NEED(eth, ETH_HLEN, PARSE_NONIP);
+	__builtin_memcpy(k->src_mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(k->dst_mac, eth->h_dest, ETH_ALEN);
+	proto = eth->h_proto;
+
+	if (skb->vlan_present) {
+		k->vlan_id = skb->vlan_tci & 0x0fff;
+	} else if (proto == bpf_htons(ETH_P_8021Q)) {
+		struct vlanhdr *vh = data + off;
+		NEED(vh, sizeof(*vh), PARSE_NONIP);
+		k->vlan_id = bpf_ntohs(vh->tci) & 0x0fff;
+		proto = vh->proto;
+		off += sizeof(*vh);
+	}
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + off;
+
+		k->eth_proto = ETH_P_IP;
+		NEED(ip, sizeof(*ip), PARSE_IP);
+		k->src_ip[10] = 0xff;
+		k->src_ip[11] = 0xff;
+		k->dst_ip[10] = 0xff;
+		k->dst_ip[11] = 0xff;
+		__builtin_memcpy(&k->src_ip[12], &ip->saddr, 4);
+		__builtin_memcpy(&k->dst_ip[12], &ip->daddr, 4);
+		k->protocol = ip->protocol;
+		__u32 ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return PARSE_IP; /* bogus IHL: addresses only */
+		if (ip->frag_off & bpf_htons(IP_OFFSET_MASK))
+			return PARSE_IP; /* later fragment: no L4 header */
+		return parse_l4(data, end, off + ihl, more, k, flags);
+	}
+
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + off;
+
+		k->eth_proto = ETH_P_IPV6;
+		NEED(ip6, sizeof(*ip6), PARSE_IP);
+		__builtin_memcpy(k->src_ip, &ip6->saddr, 16);
+		__builtin_memcpy(k->dst_ip, &ip6->daddr, 16);
+		__u8 nh = ip6->nexthdr;
+		off += sizeof(*ip6);
+
+		/* Walk at most 6 extension headers. */
+#pragma unroll
+		for (int i = 0; i < 6; i++) {
+			if (nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING ||
+			    nh == IPPROTO_DSTOPTS || nh == 135 /* mobility */) {
+				struct ip6_ext *x = data + off;
+				k->protocol = nh;
+				NEED(x, sizeof(*x), PARSE_IP);
+				nh = x->nexthdr;
+				off += (x->hdrlen + 1) * 8;
+			} else if (nh == IPPROTO_AH) {
+				struct ip6_ext *x = data + off;
+				k->protocol = nh;
+				NEED(x, sizeof(*x), PARSE_IP);
+				nh = x->nexthdr;
+				off += (x->hdrlen + 2) * 4;
+			} else if (nh == IPPROTO_FRAGMENT) {
+				struct ip6_frag *f = data + off;
+				k->protocol = nh;
+				NEED(f, sizeof(*f), PARSE_IP);
+				nh = f->nexthdr;
+				if (f->frag_off & bpf_htons(0xfff8)) {
+					k->protocol = nh; /* later fragment */
+					return PARSE_IP;
+				}
+				off += sizeof(*f);
+			} else {
+				break;
+			}
+		}
+		k->protocol = nh;
+		return parse_l4(data, end, off, more, k, flags);
+	}
+
+	return PARSE_NONIP;
+}
+
+static __always_inline struct meter *meter_for(__u32 ifindex, __u32 dir)
+{
+	__u32 slot = 0, *s;
+
+	if (ifindex < IFSLOT_ARRAY_MAX)
+		s = bpf_map_lookup_elem(&if_slots, &ifindex);
+	else
+		s = bpf_map_lookup_elem(&if_slots_big, &ifindex);
+	if (s)
+		slot = *s;
+	__u32 idx = slot * 2 + dir;
+	return bpf_map_lookup_elem(&meters, &idx);
+}
+
+/* emit submits one record. m may be NULL (sweep): then a full ring is the
+ * caller's business. Returns 0 on success. */
+static __always_inline int emit(const struct flow_key *k, __u64 bytes,
+				__u64 packets, __u64 first, __u64 last,
+				__u32 flags, __u8 reason, struct meter *m)
+{
+	if (!bytes && !packets)
+		return 0;
+	struct flow_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		if (m) {
+			m->lost_packets += packets;
+			m->lost_bytes += bytes;
+		}
+		return -1;
+	}
+	__builtin_memcpy(&r->key, k, sizeof(*k));
+	r->end_reason = reason;
+	r->_pad[0] = 0;
+	r->_pad[1] = 0;
+	r->_pad[2] = 0;
+	r->val.bytes = bytes;
+	r->val.packets = packets;
+	r->val.first_ns = first;
+	r->val.last_ns = last;
+	r->val.tcp_flags = flags;
+	r->val.dead = 0;
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+	if (m)
+		m->records++;
+	return 0;
+}
+
+/* drain exports whatever the entry holds now (atomically taken). */
+static __always_inline void drain(const struct flow_key *k, struct flow_val *v,
+				  __u64 last, __u8 reason, struct meter *m)
+{
+	__u64 first = v->first_ns;
+	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
+	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
+	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+
+	emit(k, b, p, first, last, f, reason, m);
+}
+
+static __always_inline void account(struct flow_key *k, __u64 len, __u32 flags,
+				    struct meter *m)
+{
+	__u64 now = bpf_ktime_get_coarse_ns();
+	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
+	struct flow_val *v = bpf_map_lookup_elem(&flows, k);
+
+	if (!v) {
+		if (end) {
+			/* A flow that starts and ends with this packet. */
+			emit(k, len, 1, now, now, flags, end, m);
+			return;
+		}
+		struct flow_val nv = {
+			.bytes = len,
+			.packets = 1,
+			.first_ns = now,
+			.last_ns = now,
+			.tcp_flags = flags,
+		};
+		long err = bpf_map_update_elem(&flows, k, &nv, BPF_NOEXIST);
+		if (!err)
+			return;
+		if (err != -EEXIST) {
+			m->failed_updates++;
+			emit(k, len, 1, now, now, flags, END_OVERFLOW, m);
+			return;
+		}
+		/* Another CPU inserted it first. */
+		v = bpf_map_lookup_elem(&flows, k);
+		if (!v) {
+			emit(k, len, 1, now, now, flags, END_OVERFLOW, m);
+			return;
+		}
+	}
+
+	__sync_fetch_and_add(&v->bytes, len);
+	__sync_fetch_and_add(&v->packets, 1);
+	if (v->last_ns != now)
+		v->last_ns = now;
+	if (flags & ~v->tcp_flags)
+		__sync_fetch_and_or(&v->tcp_flags, flags);
+
+	__u32 dead = *(volatile __u32 *)&v->dead;
+	if (dead) {
+		/* An exporter claimed the entry; it may have taken its counters
+		 * before our add: export what is left ourselves. */
+		drain(k, v, now, dead, m);
+		return;
+	}
+	if (end) {
+		if (__atomic_exchange_n(&v->dead, end, __ATOMIC_SEQ_CST)) {
+			drain(k, v, now, end, m);
+			return;
+		}
+		drain(k, v, now, end, m);
+		bpf_map_delete_elem(&flows, k);
+		return;
+	}
+	__u64 first = v->first_ns;
+	if ((__s64)(now - first) >= (__s64)active_timeout_ns &&
+	    __sync_val_compare_and_swap(&v->first_ns, first, now) == first) {
+		__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
+		__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
+		__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+		emit(k, b, p, first, now, f, END_ACTIVE_TIMEOUT, m);
+	}
+}
+
+static __always_inline int handle(struct __sk_buff *skb, __u32 dir)
+{
+	struct flow_key k;
+	__u32 flags;
+	int r = parse(skb, &k, &flags, true);
+
+	if (r == PARSE_PULL) {
+		__u32 n = skb->len;
+		if (n > PULL_MAX)
+			n = PULL_MAX;
+		bpf_skb_pull_data(skb, n);
+		r = parse(skb, &k, &flags, false);
+	}
+
+	struct meter *m = meter_for(skb->ifindex, dir);
+	if (!m)
+		return TC_ACT_UNSPEC;
+	__u64 len = skb->len;
+	if (r != PARSE_IP) {
+		m->skipped_packets++;
+		m->skipped_bytes += len;
+		return TC_ACT_UNSPEC;
+	}
+	m->packets++;
+	m->bytes += len;
+
+	k.ifindex = skb->ifindex;
+	k.direction = dir;
+	account(&k, len, flags, m);
+	return TC_ACT_UNSPEC;
+}
+
+SEC("tc")
+int tc_ingress(struct __sk_buff *skb)
+{
+	return handle(skb, DIR_TX);
+}
+
+SEC("tc")
+int tc_egress(struct __sk_buff *skb)
+{
+	return handle(skb, DIR_RX);
+}
+
+/* tc_empty is the baseline for benchmarks: an attached program that does
+ * nothing. Never attached in production. */
+SEC("tc")
+int tc_empty(struct __sk_buff *skb)
+{
+	return TC_ACT_UNSPEC;
+}
+
+struct sweep_ctx {
+	__u64 now;
+	__u64 idle;
+	__u32 reason;
+	__u32 max;
+	__u32 scanned;
+	__u32 exported;
+	__u32 deleted;
+	__u32 deferred;
+};
+
+static long sweep_one(void *map, struct flow_key *key,
+		      struct flow_val *v, struct sweep_ctx *c)
+{
+	c->scanned++;
+	if (*(volatile __u32 *)&v->dead)
+		return 0; /* another exporter owns it */
+	__u64 last = v->last_ns;
+	if (c->idle && (__s64)(c->now - last) < (__s64)c->idle)
+		return 0;
+	if (c->exported >= c->max) {
+		c->deferred = 1;
+		return 1;
+	}
+	/* Reserve before claiming: a full ring leaves the entry in place. */
+	struct flow_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		c->deferred = 1;
+		return 1;
+	}
+	if (__atomic_exchange_n(&v->dead, c->reason, __ATOMIC_SEQ_CST)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	__u64 first = v->first_ns;
+	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
+	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
+	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+	struct flow_key k;
+
+	__builtin_memcpy(&k, key, sizeof(k));
+	if (b || p) {
+		__builtin_memcpy(&r->key, &k, sizeof(k));
+		r->end_reason = c->reason;
+		r->_pad[0] = 0;
+		r->_pad[1] = 0;
+		r->_pad[2] = 0;
+		r->val.bytes = b;
+		r->val.packets = p;
+		r->val.first_ns = first;
+		r->val.last_ns = v->last_ns;
+		r->val.tcp_flags = f;
+		r->val.dead = 0;
+		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+		c->exported++;
+	} else {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+	}
+	bpf_map_delete_elem(&flows, &k);
+	c->deleted++;
+	return 0;
+}
+
+/* sweep exports and removes idle flows (or all of them at shutdown). Run by
+ * userspace with BPF_PROG_TEST_RUN; the context is struct sweep_args. */
+SEC("syscall")
+int sweep(struct sweep_args *a)
+{
+	struct sweep_ctx c = {
+		.now = a->now_ns,
+		.idle = a->idle_ns,
+		.reason = a->reason,
+		.max = a->max_records,
+	};
+
+	bpf_for_each_map_elem(&flows, sweep_one, &c, 0);
+	a->scanned = c.scanned;
+	a->exported = c.exported;
+	a->deleted = c.deleted;
+	a->deferred = c.deferred;
+	return 0;
+}

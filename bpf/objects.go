@@ -1,0 +1,351 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel structs, mirrored from flow.h by bpf2go.
+type (
+	// FlowKey is struct flow_key.
+	FlowKey = flowFlowKey
+	// FlowVal is struct flow_val.
+	FlowVal = flowFlowVal
+	// FlowRecord is struct flow_record, one ring-buffer record.
+	FlowRecord = flowFlowRecord
+	// Meter is struct meter, one per (interface slot, direction) per CPU.
+	Meter = flowMeter
+	// SweepArgs is struct sweep_args, the sweep program's context.
+	SweepArgs = flowSweepArgs
+)
+
+// Sizes of the kernel structs, checked against the C layout by tests.
+const (
+	FlowKeySize    = int(unsafe.Sizeof(FlowKey{}))
+	FlowRecordSize = int(unsafe.Sizeof(FlowRecord{}))
+	MeterSize      = int(unsafe.Sizeof(Meter{}))
+)
+
+// Direction is enum flow_direction: from the VM's point of view.
+type Direction uint8
+
+// Directions. Tap ingress carries what the VM sends (tx).
+const (
+	DirTX Direction = 0
+	DirRX Direction = 1
+)
+
+func (d Direction) String() string {
+	if d == DirRX {
+		return "rx"
+	}
+	return "tx"
+}
+
+// EndReason is enum end_reason.
+type EndReason uint8
+
+// End reasons, as in flow.h.
+const (
+	EndFIN           EndReason = 1
+	EndRST           EndReason = 2
+	EndActiveTimeout EndReason = 3
+	EndIdleTimeout   EndReason = 4
+	EndOverflow      EndReason = 5
+	EndShutdown      EndReason = 6
+)
+
+var endReasonNames = [...]string{"", "fin", "rst", "active_timeout", "idle_timeout", "overflow", "shutdown"}
+
+func (r EndReason) String() string {
+	if int(r) < len(endReasonNames) && r != 0 {
+		return endReasonNames[r]
+	}
+	return fmt.Sprintf("end_reason(%d)", uint8(r))
+}
+
+// EndReasons lists every reason a record can carry, for zero-seeding metrics.
+func EndReasons() []EndReason {
+	return []EndReason{EndFIN, EndRST, EndActiveTimeout, EndIdleTimeout, EndOverflow, EndShutdown}
+}
+
+// ifSlotArrayMax mirrors IFSLOT_ARRAY_MAX: ifindexes below it use the array.
+const ifSlotArrayMax = 65536
+
+// Spec sizes the kernel objects. Use SpecFor to derive it from a budget.
+type Spec struct {
+	FlowEntries   uint32        // flow-table entries
+	RingBytes     uint32        // ring buffer bytes: a power of two ≥ page size
+	Interfaces    uint32        // meter slots (interfaces watched at once)
+	ActiveTimeout time.Duration // export long flows at least this often
+}
+
+// Per-entry cost of the flow table, measured from the kernel's htab layout:
+// key (60 → 64) + value (40) + htab_elem header (48), rounded up.
+const flowEntryBytes = 160
+
+// SpecFor derives sizes from a memory budget: a quarter (at most 64 MiB,
+// at least 256 KiB per CPU) goes to the ring buffer, the meters take
+// (interfaces+1)·2·64 B per CPU, and the rest is flow table.
+func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, error) {
+	if cpus < 1 {
+		cpus = 1
+	}
+	meterBytes := int64(interfaces+1) * 2 * int64(MeterSize) * int64(cpus)
+	ring := int64(1) << 62
+	for ring > budget/4 {
+		ring >>= 1
+	}
+	if ring > 64<<20 {
+		ring = 64 << 20
+	}
+	minRing := int64(256<<10) * int64(cpus)
+	for ring < minRing {
+		ring <<= 1
+	}
+	rest := budget - ring - meterBytes
+	entries := rest / flowEntryBytes
+	if entries < 64 {
+		return Spec{}, fmt.Errorf("memory budget %d B leaves %d B for the flow table after a %d B ring buffer and %d B of meters: raise it to at least %d B",
+			budget, rest, ring, meterBytes, ring+meterBytes+64*flowEntryBytes)
+	}
+	if entries > 1<<26 {
+		entries = 1 << 26
+	}
+	return Spec{FlowEntries: uint32(entries), RingBytes: uint32(ring), Interfaces: uint32(interfaces), ActiveTimeout: active}, nil
+}
+
+// Validate checks a Spec before anything is created.
+func (s Spec) Validate() error {
+	var errs []error
+	if s.FlowEntries < 1 {
+		errs = append(errs, errors.New("flow entries must be ≥ 1"))
+	}
+	page := uint32(os.Getpagesize())
+	if s.RingBytes < page || s.RingBytes&(s.RingBytes-1) != 0 {
+		errs = append(errs, fmt.Errorf("ring buffer size %d must be a power of two ≥ the page size %d", s.RingBytes, page))
+	}
+	if s.Interfaces < 1 || s.Interfaces > 1<<20 {
+		errs = append(errs, fmt.Errorf("interfaces %d must be in [1, %d]", s.Interfaces, 1<<20))
+	}
+	if s.ActiveTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("active timeout %s must be ≥ 1s", s.ActiveTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Objects are the loaded maps and programs.
+type Objects struct {
+	spec  Spec
+	objs  flowObjects
+	ncpu  int
+	meter []Meter // scratch for per-CPU lookups
+}
+
+// Load checks the kernel, sizes the maps from s and loads everything. It
+// attaches nothing.
+func Load(s Spec) (*Objects, error) {
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("bpf spec: %w", err)
+	}
+	if err := CheckKernel(); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", explain(err))
+	}
+	spec, err := loadFlow()
+	if err != nil {
+		return nil, fmt.Errorf("parse embedded flow.bpf.o: %w", err)
+	}
+	spec.Maps[flowMapFlows].MaxEntries = s.FlowEntries
+	spec.Maps[flowMapRecords].MaxEntries = s.RingBytes
+	spec.Maps[flowMapMeters].MaxEntries = (s.Interfaces + 1) * 2
+	spec.Maps[flowMapIfSlotsBig].MaxEntries = s.Interfaces
+	if err := spec.Variables[flowVarActiveTimeoutNs].Set(uint64(s.ActiveTimeout)); err != nil {
+		return nil, fmt.Errorf("set active_timeout_ns: %w", err)
+	}
+	o := &Objects{spec: s}
+	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load flow programs: verifier rejected them (kernel %s): %+v", kernelRelease(), ve)
+		}
+		return nil, fmt.Errorf("load flow programs: %w", explain(err))
+	}
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		o.Close()
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	o.ncpu = n
+	o.meter = make([]Meter, n)
+	return o, nil
+}
+
+// Spec returns the sizes the objects were loaded with.
+func (o *Objects) Spec() Spec { return o.spec }
+
+// Ingress is the program for tap ingress (tx), Egress for tap egress (rx).
+func (o *Objects) Ingress() *ebpf.Program { return o.objs.TcIngress }
+
+// Egress is the program for tap egress (rx).
+func (o *Objects) Egress() *ebpf.Program { return o.objs.TcEgress }
+
+// Empty is a program that does nothing, the benchmark baseline.
+func (o *Objects) Empty() *ebpf.Program { return o.objs.TcEmpty }
+
+// Records is the ring buffer map.
+func (o *Objects) Records() *ebpf.Map { return o.objs.Records }
+
+// Flows is the flow table.
+func (o *Objects) Flows() *ebpf.Map { return o.objs.Flows }
+
+// Close releases every kernel object.
+func (o *Objects) Close() error {
+	if err := o.objs.Close(); err != nil {
+		return fmt.Errorf("close flow objects: %w", err)
+	}
+	return nil
+}
+
+// SetSlot makes frames of ifindex count into meter slot (1..Interfaces).
+func (o *Objects) SetSlot(ifindex, slot uint32) error {
+	if slot == 0 || slot > o.spec.Interfaces {
+		return fmt.Errorf("meter slot %d out of range [1, %d]", slot, o.spec.Interfaces)
+	}
+	m := o.objs.IfSlots
+	if ifindex >= ifSlotArrayMax {
+		m = o.objs.IfSlotsBig
+	}
+	if err := m.Put(ifindex, slot); err != nil {
+		return fmt.Errorf("set meter slot of ifindex %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// ClearSlot sends frames of ifindex back to the unregistered slot 0.
+func (o *Objects) ClearSlot(ifindex uint32) error {
+	var err error
+	if ifindex >= ifSlotArrayMax {
+		err = o.objs.IfSlotsBig.Delete(ifindex)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			err = nil
+		}
+	} else {
+		err = o.objs.IfSlots.Put(ifindex, uint32(0))
+	}
+	if err != nil {
+		return fmt.Errorf("clear meter slot of ifindex %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// ReadMeter sums the per-CPU meters of (slot, direction). Slot 0 is the
+// bucket of unregistered interfaces. The counters only grow.
+func (o *Objects) ReadMeter(slot uint32, dir Direction) (Meter, error) {
+	idx := slot*2 + uint32(dir)
+	if err := o.objs.Meters.Lookup(idx, &o.meter); err != nil {
+		return Meter{}, fmt.Errorf("read meter slot %d %s: %w", slot, dir, err)
+	}
+	var sum Meter
+	for i := range o.meter {
+		m := &o.meter[i]
+		sum.Packets += m.Packets
+		sum.Bytes += m.Bytes
+		sum.LostPackets += m.LostPackets
+		sum.LostBytes += m.LostBytes
+		sum.FailedUpdates += m.FailedUpdates
+		sum.SkippedPackets += m.SkippedPackets
+		sum.SkippedBytes += m.SkippedBytes
+		sum.Records += m.Records
+	}
+	return sum, nil
+}
+
+// SweepResult reports one run of the sweep program.
+type SweepResult struct {
+	Now      uint64 // kernel coarse clock (ns) the sweep used
+	Scanned  uint32
+	Exported uint32
+	Deleted  uint32
+	Deferred bool // the ring buffer was full or max was reached: drain, run again
+}
+
+// Sweep exports (reason) and removes every flow idle for at least idle —
+// all flows when idle is 0 — submitting at most max records. It never loses
+// a flow: when the ring is full the rest stays in the table and Deferred is
+// set.
+func (o *Objects) Sweep(idle time.Duration, reason EndReason, max uint32) (SweepResult, error) {
+	now, err := MonotonicCoarse()
+	if err != nil {
+		return SweepResult{}, err
+	}
+	in := SweepArgs{IdleNs: uint64(idle), Reason: uint32(reason), MaxRecords: max, NowNs: now}
+	var out SweepArgs
+	if _, err := o.objs.Sweep.Run(&ebpf.RunOptions{Context: in, ContextOut: &out}); err != nil {
+		return SweepResult{}, fmt.Errorf("run sweep program: %w", err)
+	}
+	return SweepResult{Now: now, Scanned: out.Scanned, Exported: out.Exported, Deleted: out.Deleted, Deferred: out.Deferred != 0}, nil
+}
+
+// DecodeRecord views a ring-buffer sample as a FlowRecord without copying.
+// ok is false when the sample is too short.
+func DecodeRecord(sample []byte) (rec *FlowRecord, ok bool) {
+	if len(sample) < FlowRecordSize {
+		return nil, false
+	}
+	return (*FlowRecord)(unsafe.Pointer(&sample[0])), true
+}
+
+// MonotonicCoarse reads CLOCK_MONOTONIC_COARSE, the clock of
+// bpf_ktime_get_coarse_ns and so of every kernel timestamp.
+func MonotonicCoarse() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		return 0, fmt.Errorf("clock_gettime(CLOCK_MONOTONIC_COARSE): %w", err)
+	}
+	return uint64(ts.Nano()), nil
+}
+
+// explain turns permission and support errors into messages that name what
+// is missing.
+func explain(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("permission denied: tapflow capture needs root or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (running as uid %d): %w", os.Geteuid(), err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("kernel %s lacks a needed eBPF feature: %w", kernelRelease(), err)
+	}
+	return err
+}
+
+// CheckKernel reports, by name, the first missing kernel feature or
+// privilege the capture needs.
+func CheckKernel() error {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return fmt.Errorf("kernel %s has no BTF (/sys/kernel/btf/vmlinux: %v): build it with CONFIG_DEBUG_INFO_BTF=y", kernelRelease(), err)
+	}
+	if err := probeFeatures(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return strings.TrimRight(string(u.Release[:]), "\x00")
+}

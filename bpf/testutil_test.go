@@ -1,0 +1,122 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+const loIfindex = 1 // BPF_PROG_TEST_RUN runs skbs on the netns loopback
+
+// loadForTest loads fresh objects or skips when the machine cannot.
+func loadForTest(tb testing.TB, s Spec) *Objects {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root (CAP_BPF, CAP_NET_ADMIN) to load eBPF programs")
+	}
+	if s.FlowEntries == 0 {
+		s.FlowEntries = 1024
+	}
+	if s.RingBytes == 0 {
+		s.RingBytes = 1 << 20
+	}
+	if s.Interfaces == 0 {
+		s.Interfaces = 8
+	}
+	if s.ActiveTimeout == 0 {
+		s.ActiveTimeout = time.Hour
+	}
+	o, err := Load(s)
+	if err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			tb.Skipf("kernel cannot run the capture: %v", err)
+		}
+		tb.Fatalf("Load: %v", err)
+	}
+	tb.Cleanup(func() { o.Close() })
+	if err := o.SetSlot(loIfindex, 1); err != nil {
+		tb.Fatal(err)
+	}
+	return o
+}
+
+// run feeds one frame to the program of dir and checks the verdict is
+// "no opinion" (TC_ACT_UNSPEC / TCX_NEXT).
+func run(tb testing.TB, o *Objects, dir Direction, frame []byte) {
+	tb.Helper()
+	p := o.Ingress()
+	if dir == DirRX {
+		p = o.Egress()
+	}
+	ret, err := p.Run(&ebpf.RunOptions{Data: frame})
+	if err != nil {
+		tb.Fatalf("test run (%d bytes): %v", len(frame), err)
+	}
+	if int32(ret) != -1 {
+		tb.Fatalf("verdict %d, want TC_ACT_UNSPEC (-1): the program must not decide", int32(ret))
+	}
+}
+
+type entry struct {
+	K FlowKey
+	V FlowVal
+}
+
+func dumpFlows(tb testing.TB, o *Objects) []entry {
+	tb.Helper()
+	var out []entry
+	var k FlowKey
+	var v FlowVal
+	it := o.Flows().Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, entry{k, v})
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatalf("iterate flows: %v", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].K.SrcPort < out[j].K.SrcPort })
+	return out
+}
+
+// drainRing returns every record currently in the ring buffer.
+func drainRing(tb testing.TB, o *Objects) []FlowRecord {
+	tb.Helper()
+	rd, err := ringbuf.NewReader(o.Records())
+	if err != nil {
+		tb.Fatalf("ringbuf reader: %v", err)
+	}
+	defer rd.Close()
+	rd.SetDeadline(time.Unix(1, 0))
+	var out []FlowRecord
+	var rec ringbuf.Record
+	for {
+		err := rd.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out
+		}
+		if err != nil {
+			tb.Fatalf("read ring: %v", err)
+		}
+		r, ok := DecodeRecord(rec.RawSample)
+		if !ok {
+			tb.Fatalf("short record: %d bytes", len(rec.RawSample))
+		}
+		out = append(out, *r)
+	}
+}
+
+func meter(tb testing.TB, o *Objects, dir Direction) Meter {
+	tb.Helper()
+	m, err := o.ReadMeter(1, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}

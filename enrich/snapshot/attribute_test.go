@@ -218,10 +218,10 @@ func TestOctavia(t *testing.T) {
 func TestAttributeFlowSwap(t *testing.T) {
 	s := Build(loadCloud(t), Options{Version: 3})
 	cases := []struct {
-		name          string
-		f             schemas.Flow
-		zone, tenant  string
-		wantErr       error
+		name         string
+		f            schemas.Flow
+		zone, tenant string
+		wantErr      error
 	}{
 		{"tx uses dst as remote", schemas.Flow{Direction: "tx", VMMAC: macA1, PeerMAC: macR1T1c, SrcIP: "10.0.3.10", DstIP: "10.50.0.10"}, "other_tenant", "t1", nil},
 		{"rx uses src as remote", schemas.Flow{Direction: "rx", VMMAC: macA1, PeerMAC: macR1T1c, SrcIP: "10.50.0.10", DstIP: "10.0.3.10"}, "other_tenant", "t1", nil},

@@ -2,12 +2,10 @@ package snapshot
 
 import "net/netip"
 
-func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) *Endpoint {
-	e := s.macs[mac]
-	if e == nil || (e.DeleteAtUS != 0 && nowUS >= e.DeleteAtUS) {
-		return nil
-	}
-	return e
+// lookupMAC finds a live (or not yet expired ghost) endpoint.
+func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) (macEntry, bool) {
+	e, ok := s.macs[mac]
+	return e, ok && e.ep != nil && (e.deleteAt == 0 || nowUS < e.deleteAt)
 }
 
 // lookupPrefix is the longest-prefix match on (tenant, remote) and then on
@@ -61,11 +59,12 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //     else the VM port's fallback, else none.
 func (s *Snapshot) Attribute(in *Input, out *Result) {
 	*out = Result{TenantID: UnknownTenant, ExternalNetwork: NoExternalNetwork, Zone: ZoneMiss, Version: s.version}
-	in.LocalIP, in.RemoteIP = in.LocalIP.Unmap(), in.RemoteIP.Unmap()
-	vm := s.lookupMAC(in.VMMAC, in.NowUS)
-	if vm != nil {
+	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
+	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
+	vm := vme.ep
+	if known {
 		out.TenantID, out.ServerID, out.PortID = vm.TenantID, vm.ServerID, vm.PortID
-		if vm.Amphora {
+		if vme.amphora {
 			out.LBID = vm.LBID
 		}
 	}
@@ -76,40 +75,46 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		out.Zone = ZoneMulticast
 		return
 	}
-	if vm == nil {
+	if !known {
 		out.UnknownVM = true
 		return
 	}
-	if vm.Amphora {
+	if vme.amphora {
 		switch {
-		case has(vm.base, in.LocalIP):
+		case has(vm.base, local):
 			out.LBSegment = 2
-		case has(vm.vips, in.LocalIP):
+		case has(vm.vips, local):
 			out.LBSegment = 1
 		}
 	}
-	if peer := s.lookupMAC(in.PeerMAC, in.NowUS); peer != nil {
+	pe, ok := s.macs[in.PeerMAC]
+	if ok && pe.ep != nil && (pe.deleteAt == 0 || in.NowUS < pe.deleteAt) {
 		// direct L2 between two known endpoints
-		out.PeerTenantID = peer.TenantID
+		out.PeerTenantID = s.tenants[pe.tenant]
+		same := pe.tenant == vme.tenant
+		if pe.tenant == 0 || vme.tenant == 0 { // a ghost of a tenant that left
+			out.PeerTenantID = pe.ep.TenantID
+			same = pe.ep.TenantID == vm.TenantID
+		}
 		switch {
-		case vm.Amphora && out.LBSegment == 2:
+		case vme.amphora && out.LBSegment == 2:
 			out.Zone = ZoneInfra
-		case peer.Amphora && has(peer.base, in.RemoteIP):
+		case pe.amphora && has(pe.ep.base, remote):
 			out.Zone, out.LBSegment = ZoneInfra, 2
-		case peer.TenantID == vm.TenantID:
+		case same:
 			out.Zone = ZoneSameTenant
 		default:
 			out.Zone = ZoneOtherTenant
 		}
-		if peer.Amphora && out.LBSegment == 0 && has(peer.vips, in.RemoteIP) {
+		if pe.amphora && out.LBSegment == 0 && has(pe.ep.vips, remote) {
 			out.LBSegment = 1
 		}
 		return
 	}
-	if !in.RemoteIP.IsValid() {
+	if !remote.IsValid() {
 		return // no address to classify: miss
 	}
-	r := s.lookupPrefix(vm.tenant, in.RemoteIP)
+	r := s.lookupPrefix(vme.tenant, remote)
 	if r == nil {
 		return
 	}
@@ -117,8 +122,8 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	if r.zone != ZoneExternal {
 		return
 	}
-	if l, ok := s.routerMACs[in.PeerMAC]; ok {
-		out.ExternalNetwork = l
+	if ok && pe.label >= 0 {
+		out.ExternalNetwork = s.labels[pe.label]
 	} else if vm.ExternalNetwork != "" {
 		out.ExternalNetwork = vm.ExternalNetwork
 	}

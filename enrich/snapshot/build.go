@@ -86,15 +86,27 @@ type Stats struct {
 
 // Snapshot is an immutable attribution index. Safe for concurrent use.
 type Snapshot struct {
-	version    int64
-	built      time.Time
-	macs       map[uint64]*Endpoint
-	routerMACs map[uint64]string
-	tables     []tables // 0: global rows; i: tenant i
-	vals       []rowVal
-	tenantIdx  map[string]uint32
-	anomalies  []Anomaly
-	stats      Stats
+	version int64
+	built   time.Time
+	// macs holds VM-like endpoints and gatewayed router interfaces; the
+	// entry is inline so the ghost check, tenant comparison and router
+	// label need no pointer chase.
+	macs      map[uint64]macEntry
+	labels    []string // router exit labels, by macEntry.label
+	tenants   []string // project by tenant index; 0 is ""
+	tables    []tables // 0: global rows; i: tenant i
+	vals      []rowVal
+	tenantIdx map[string]uint32
+	anomalies []Anomaly
+	stats     Stats
+}
+
+type macEntry struct {
+	ep       *Endpoint // nil: router interface only
+	deleteAt int64     // ep's ghost deadline (µs), 0 while live
+	tenant   uint32
+	amphora  bool
+	label    int32 // router exit label index, -1: not a gatewayed router MAC
 }
 
 type tables struct {
@@ -122,8 +134,8 @@ func (s *Snapshot) Stats() Stats { return s.stats }
 // Endpoint returns the endpoint a MAC resolves to at nowUS (ghosts
 // included), for inspection and tests.
 func (s *Snapshot) Endpoint(mac uint64, nowUS int64) (*Endpoint, bool) {
-	e := s.lookupMAC(mac, nowUS)
-	return e, e != nil
+	e, ok := s.lookupMAC(mac, nowUS)
+	return e.ep, ok
 }
 
 // Device owners.
@@ -173,19 +185,21 @@ type routerInfo struct {
 }
 
 type builder struct {
-	inv       *inventory.Inventory
-	opt       Options
-	anomalies []Anomaly
-	networks  map[string]*inventory.Network
-	subnets   map[string]*subnetInfo
-	portsByIP map[subnetAddr]*inventory.Port
-	routers   map[string]*routerInfo
-	tenantIdx map[string]uint32
-	tenants   []string
-	rows      map[uint32]map[netip.Prefix]rowVal // tenant 0: global
-	fipLabels map[string][]string                // port id → labels of its floating IP networks
-	portIPs   map[string][]netip.Addr            // port id → parsed fixed IPs
-	portSubs  map[string][]*subnetInfo           // port id → subnets of its fixed IPs
+	inv        *inventory.Inventory
+	opt        Options
+	anomalies  []Anomaly
+	networks   map[string]*inventory.Network
+	subnets    map[string]*subnetInfo
+	portsByIP  map[subnetAddr]*inventory.Port
+	routers    map[string]*routerInfo
+	tenantIdx  map[string]uint32
+	tenants    []string
+	rows       map[uint32]map[netip.Prefix]rowVal // tenant 0: global
+	fipLabels  map[string][]string                // port id → labels of its floating IP networks
+	portIPs    map[string][]netip.Addr            // port id → parsed fixed IPs
+	portSubs   map[string][]*subnetInfo           // port id → subnets of its fixed IPs
+	subRouters map[*subnetInfo][]*routerInfo      // routers with an interface on the subnet, by id
+	routerMAC  map[uint64]string                  // gatewayed router interface MAC → exit label
 }
 
 type subnetAddr struct {
@@ -280,15 +294,32 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	b.indexPorts()
 	b.indexRouters()
 	b.indexFloatingIPs()
+	b.routerMAC = b.routerMACs()
 	s := &Snapshot{version: opt.Version, built: opt.Now, tenantIdx: b.tenantIdx}
-	s.routerMACs = b.routerMACs()
-	s.macs = b.endpoints(&s.stats)
+	eps := b.endpoints(&s.stats)
 	b.prefixRows()
 	b.routeRows()
 	s.tables, s.vals = b.flattenTables(&s.stats)
-	s.stats.RouterMACs = len(s.routerMACs)
+	b.carryGhosts(s, eps)
+	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
+	for mac, e := range eps {
+		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, amphora: e.Amphora, label: -1}
+	}
+	labelIdx := map[string]int32{}
+	for mac, l := range b.routerMAC {
+		i, ok := labelIdx[l]
+		if !ok {
+			i = int32(len(s.labels))
+			s.labels = append(s.labels, l)
+			labelIdx[l] = i
+		}
+		e := s.macs[mac] // a router MAC that is also an endpoint keeps both roles
+		e.label = i
+		s.macs[mac] = e
+	}
+	s.tenants = append([]string{""}, b.tenants...)
+	s.stats.RouterMACs = len(b.routerMAC)
 	s.stats.Tenants = len(b.tenants)
-	b.carryGhosts(s)
 	slices.SortFunc(b.anomalies, func(x, y Anomaly) int {
 		return cmp.Or(cmp.Compare(x.Class, y.Class), cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.ID, y.ID), cmp.Compare(x.Detail, y.Detail))
 	})
@@ -474,17 +505,21 @@ func (b *builder) pick(p *inventory.Port, labels []string) string {
 
 // attached lists the routers with an interface on si, by id.
 func (b *builder) attached(si *subnetInfo) []*routerInfo {
-	var out []*routerInfo
-	for _, ri := range b.routers {
-		for _, f := range ri.ifaces {
-			if f.sub == si {
-				out = append(out, ri)
-				break
+	if b.subRouters == nil {
+		b.subRouters = map[*subnetInfo][]*routerInfo{}
+		for _, ri := range b.routers {
+			for _, f := range ri.ifaces {
+				if l := b.subRouters[f.sub]; len(l) == 0 || l[len(l)-1] != ri {
+					b.subRouters[f.sub] = append(l, ri)
+				}
 			}
 		}
+		for _, l := range b.subRouters {
+			slices.SortFunc(l, func(x, y *routerInfo) int { return cmp.Compare(x.r.ID, y.r.ID) })
+			l = slices.Compact(l)
+		}
 	}
-	slices.SortFunc(out, func(x, y *routerInfo) int { return cmp.Compare(x.r.ID, y.r.ID) })
-	return out
+	return b.subRouters[si]
 }
 
 type amphoraPort struct {
@@ -795,33 +830,35 @@ func (b *builder) flattenTables(st *Stats) ([]tables, []rowVal) {
 // carryGhosts keeps MACs that left the inventory attributing until their
 // deadline (§3.5). A MAC present in the new inventory never inherits the
 // old owner: the new endpoint replaces the ghost.
-func (b *builder) carryGhosts(s *Snapshot) {
+func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 	prev := b.opt.Prev
 	if prev == nil || b.opt.GhostGrace <= 0 {
 		return
 	}
 	nowUS := b.opt.Now.UnixMicro()
 	deadline := b.opt.Now.Add(b.opt.GhostGrace).UnixMicro()
-	for mac, e := range prev.macs {
-		if _, live := s.macs[mac]; live {
+	for mac, pe := range prev.macs {
+		e := pe.ep
+		if e == nil {
 			continue
 		}
-		if e.DeleteAtUS != 0 {
-			if e.DeleteAtUS <= nowUS {
-				continue
-			}
-		} else {
-			g := *e
-			g.DeleteAtUS = deadline
-			e = &g
+		if _, live := eps[mac]; live {
+			continue
 		}
-		// the ghost's tenant index must point into this snapshot's tables
+		if e.DeleteAtUS != 0 && e.DeleteAtUS <= nowUS {
+			continue
+		}
 		g := *e
+		if g.DeleteAtUS == 0 {
+			g.DeleteAtUS = deadline
+		}
+		// the ghost's tenant index must point into this snapshot's tables;
+		// 0 (global rows only) when the tenant has none any more
 		g.tenant = 0
-		if i, ok := s.tenantIdx[g.TenantID]; ok {
+		if i, ok := s.tenantIdx[g.TenantID]; ok && int(i) < len(s.tables) {
 			g.tenant = i
 		}
-		s.macs[mac] = &g
+		eps[mac] = &g
 		s.stats.Ghosts++
 	}
 }

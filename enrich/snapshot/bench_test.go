@@ -1,0 +1,169 @@
+package snapshot
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// mixedTraffic is a record mix over the realistic cloud: internet both
+// ways, L2 same tenant, routed to the tenant's other subnet, infra (DHCP,
+// gateway, metadata), load balancer segments 1 and 2, multicast, IPv6 and
+// unknown MACs.
+func mixedTraffic(tb testing.TB, n int) []Input { return mixedTrafficOver(tb, n, synth.Realistic.Tenants) }
+
+// mixedTrafficOver draws the VMs from the first tenants only: 4 tenants ≈
+// the 40 VMs of one hypervisor, the working set an agent really has.
+func mixedTrafficOver(tb testing.TB, n, tenants int) []Input {
+	tb.Helper()
+	o := synth.Realistic
+	o.Tenants = tenants
+	rng := rand.New(rand.NewPCG(3, 4))
+	now := time.Now().UnixMicro()
+	out := make([]Input, n)
+	for i := range out {
+		t, v := rng.IntN(o.Tenants), rng.IntN(o.VMsPerTenant)
+		vm, ip := mustMAC(tb, synth.VMMAC(t, v)), netip.MustParseAddr(synth.VMIP(t, v))
+		router := mustMAC(tb, synth.RouterMAC(t, v%2))
+		x := Input{NowUS: now, Dir: DirTX + Direction(i%2), VMMAC: vm, LocalIP: ip}
+		switch r := rng.IntN(100); {
+		case r < 40: // internet
+			x.PeerMAC, x.RemoteIP = router, netip.AddrFrom4([4]byte{byte(1 + rng.IntN(200)), byte(rng.IntN(256)), 8, 8})
+		case r < 60: // L2 same tenant
+			w := (v + 2) % o.VMsPerTenant
+			x.PeerMAC, x.RemoteIP = mustMAC(tb, synth.VMMAC(t, w)), netip.MustParseAddr(synth.VMIP(t, w))
+		case r < 70: // routed to the other subnet
+			w := (v + 1) % o.VMsPerTenant
+			x.PeerMAC, x.RemoteIP = router, netip.MustParseAddr(synth.VMIP(t, w))
+		case r < 75: // infra
+			x.PeerMAC, x.RemoteIP = router, netip.MustParseAddr("169.254.169.254")
+		case r < 80: // shared network
+			x.PeerMAC, x.RemoteIP = router, netip.MustParseAddr(fmt.Sprintf("100.64.%d.%d", rng.IntN(256), rng.IntN(256)))
+		case r < 88: // load balancer: client ↔ VIP and amphora ↔ member
+			l := rng.IntN(o.LoadBalancers)
+			amp := mustMAC(tb, synth.AmphoraMAC(l, 0))
+			if r < 84 {
+				x.VMMAC, x.PeerMAC, x.LocalIP, x.RemoteIP = amp, router, netip.MustParseAddr(synth.VIP(l)), netip.AddrFrom4([4]byte{198, 51, 100, byte(rng.IntN(256))})
+			} else {
+				x.VMMAC, x.PeerMAC, x.LocalIP, x.RemoteIP = amp, mustMAC(tb, synth.VMMAC(l, 0)), netip.MustParseAddr(synth.AmphoraIP(l, 0)), netip.MustParseAddr(synth.VMIP(l, 0))
+			}
+		case r < 92: // multicast
+			x.Dir, x.PeerMAC, x.RemoteIP = DirTX, mustMAC(tb, "01:00:5e:00:00:fb"), netip.MustParseAddr("224.0.0.251")
+		case r < 97: // IPv6 internet
+			x.PeerMAC, x.LocalIP, x.RemoteIP = router, netip.MustParseAddr("fd00:0:1::10"), netip.MustParseAddr("2001:4860::8888")
+		default: // unknown VM
+			x.VMMAC, x.PeerMAC, x.RemoteIP = mustMAC(tb, "fa:16:3e:99:99:99"), router, netip.MustParseAddr("8.8.8.8")
+		}
+		out[i] = x
+	}
+	return out
+}
+
+func realistic(tb testing.TB) *Snapshot {
+	tb.Helper()
+	o := synth.Realistic
+	o.WithIPv6 = true
+	s := Build(synth.Generate(o), Options{Version: 1})
+	st := s.Stats()
+	if st.Endpoints < 10000 || st.Tenants < 1000 || st.AmphoraMACs != 200 {
+		tb.Fatalf("generated cloud too small: %+v", st)
+	}
+	return s
+}
+
+// TestAttributeZeroAlloc pins the hot path at zero allocations, for the
+// parsed Input and for the textual Flow wrapper.
+func TestAttributeZeroAlloc(t *testing.T) {
+	s := realistic(t)
+	ins := mixedTraffic(t, 1024)
+	var r Result
+	i := 0
+	if a := testing.AllocsPerRun(5000, func() {
+		x := ins[i%len(ins)]
+		s.Attribute(&x, &r)
+		i++
+	}); a != 0 {
+		t.Errorf("Attribute: %v allocs/record, want 0", a)
+	}
+	flows := toFlows(ins)
+	f := make([]schemas.Flow, len(flows))
+	if a := testing.AllocsPerRun(5000, func() {
+		k := i % len(flows)
+		f[k] = flows[k]
+		_ = s.AttributeFlow(&f[k], ins[0].NowUS, &r)
+		i++
+	}); a != 0 {
+		t.Errorf("AttributeFlow: %v allocs/record, want 0", a)
+	}
+}
+
+func toFlows(ins []Input) []schemas.Flow {
+	out := make([]schemas.Flow, len(ins))
+	for i, x := range ins {
+		f := &out[i]
+		f.Direction, f.VMMAC, f.PeerMAC = x.Dir.String(), FormatMAC(x.VMMAC), FormatMAC(x.PeerMAC)
+		src, dst := x.LocalIP, x.RemoteIP
+		if x.Dir == DirRX {
+			src, dst = dst, src
+		}
+		f.SrcIP, f.DstIP = src.String(), dst.String()
+	}
+	return out
+}
+
+// BenchmarkEnrich attributes a realistic mixed record stream against a
+// 10,000-port, 1,000-tenant, 2,000-subnet, 100-LB snapshot.
+func BenchmarkEnrich(b *testing.B) {
+	s := realistic(b)
+	ins := mixedTraffic(b, 1<<16)
+	local := mixedTrafficOver(b, 1<<12, 4)
+	b.Run("Attribute/node-local", func(b *testing.B) {
+		var r Result
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			x := local[i&(len(local)-1)]
+			s.Attribute(&x, &r)
+			i++
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+	})
+	b.Run("Attribute/all-tenants", func(b *testing.B) {
+		var r Result
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			x := ins[i&(len(ins)-1)]
+			s.Attribute(&x, &r)
+			i++
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+	})
+	b.Run("AttributeFlow", func(b *testing.B) {
+		flows := toFlows(ins)
+		now := ins[0].NowUS
+		var r Result
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			_ = s.AttributeFlow(&flows[i&(len(flows)-1)], now, &r)
+			i++
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+	})
+}
+
+func BenchmarkBuild(b *testing.B) {
+	o := synth.Realistic
+	o.WithIPv6 = true
+	inv := synth.Generate(o)
+	b.ReportAllocs()
+	for b.Loop() {
+		Build(inv, Options{Version: 1})
+	}
+}

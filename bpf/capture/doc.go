@@ -1,0 +1,16 @@
+// Package capture runs tapflow's kernel capture: it loads the flow program
+// (package bpf) sized from Config, attaches it to every interface matching
+// Config.Interfaces as they appear (netlink events plus a periodic presence
+// scan), drains the ring buffer on a timer, sweeps idle flows, publishes
+// meters, and at shutdown detaches and flushes every flow still in the
+// kernel as a `shutdown` record.
+//
+// Everything runs in one goroutine (Run); the Handler it calls may block,
+// which is the backpressure: the ring buffer then fills and the kernel
+// counts what it could not export (lost_packets / lost_bytes).
+//
+// Why netlink and a scan: the netlink subscription attaches a new tap within
+// milliseconds of RTM_NEWLINK, before the VM sends its first frame; the scan
+// (rescan_interval) repairs anything a lost netlink message (ENOBUFS under a
+// burst of port creations) or a failed attach left behind.
+package capture

@@ -1,0 +1,77 @@
+package capture
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tapflow/tapflow/bpf"
+)
+
+type metrics struct {
+	packets, bytes         *prometheus.CounterVec // kernel meter, per ifname/direction
+	lostPackets, lostBytes *prometheus.CounterVec
+	failedUpdates          *prometheus.CounterVec
+	skippedNonIP           *prometheus.CounterVec
+	records                [8]prometheus.Counter // by end reason
+	recordsVec             *prometheus.CounterVec
+	attached               prometheus.Gauge
+	attachFailures         prometheus.Counter
+	tableEntries           prometheus.Gauge
+	tableCapacity          prometheus.Gauge
+	sweepDeferred          prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	lbl := []string{"ifname", "direction"}
+	cv := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_capture_" + name, Help: help}, lbl)
+	}
+	m := &metrics{
+		packets:       cv("packets_total", "IP frames seen by the kernel program (the meter)."),
+		bytes:         cv("bytes_total", "Bytes (skb->len) of IP frames seen by the kernel program (the meter)."),
+		lostPackets:   cv("lost_packets_total", "Packets of records the ring buffer could not take."),
+		lostBytes:     cv("lost_bytes_total", "Bytes of records the ring buffer could not take."),
+		failedUpdates: cv("failed_map_updates_total", "Flow-table inserts that failed (table full): each became an overflow record."),
+		skippedNonIP:  cv("skipped_non_ip_packets_total", "Non-IP frames (ARP, LLDP, …) seen and not counted as flows."),
+		recordsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tapflow_capture_records_total", Help: "Flow records read from the ring buffer, by end reason.",
+		}, []string{"end_reason"}),
+		attached:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_attached_interfaces", Help: "Interfaces the programs are attached to."}),
+		attachFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_attach_failures_total", Help: "Failed attempts to attach to an interface."}),
+		tableEntries:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_entries", Help: "Flow-table entries at the last sweep."}),
+		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries)."}),
+		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
+	}
+	for _, r := range bpf.EndReasons() {
+		m.records[r] = m.recordsVec.WithLabelValues(r.String())
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register capture metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) addMeter(r *MeterRecord) {
+	l := prometheus.Labels{"ifname": r.Ifname, "direction": r.Direction}
+	m.packets.With(l).Add(float64(r.Packets))
+	m.bytes.With(l).Add(float64(r.Bytes))
+	m.lostPackets.With(l).Add(float64(r.LostPackets))
+	m.lostBytes.With(l).Add(float64(r.LostBytes))
+	m.failedUpdates.With(l).Add(float64(r.FailedUpdates))
+	m.skippedNonIP.With(l).Add(float64(r.SkippedNonIP))
+}
+
+func (m *metrics) forget(ifname string) {
+	for _, d := range []string{"tx", "rx"} {
+		l := prometheus.Labels{"ifname": ifname, "direction": d}
+		for _, v := range []*prometheus.CounterVec{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates, m.skippedNonIP} {
+			v.Delete(l)
+		}
+	}
+}

@@ -15,7 +15,9 @@ import (
 // ways, L2 same tenant, routed to the tenant's other subnet, infra (DHCP,
 // gateway, metadata), load balancer segments 1 and 2, multicast, IPv6 and
 // unknown MACs.
-func mixedTraffic(tb testing.TB, n int) []Input { return mixedTrafficOver(tb, n, synth.Realistic.Tenants) }
+func mixedTraffic(tb testing.TB, n int) []Input {
+	return mixedTrafficOver(tb, n, synth.Realistic.Tenants)
+}
 
 // mixedTrafficOver draws the VMs from the first tenants only: 4 tenants ≈
 // the 40 VMs of one hypervisor, the working set an agent really has.

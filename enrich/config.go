@@ -1,0 +1,81 @@
+package enrich
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tapflow/tapflow/internal/units"
+)
+
+// Config is the enrich section of the tapflow config.
+type Config struct {
+	Inventory InventoryConfig `yaml:"inventory"`
+	// GhostGrace is how long a port that left the inventory keeps
+	// attributing its MAC (dying connections, FIN/RST). 0 disables.
+	GhostGrace units.Duration `yaml:"ghost_grace"`
+	// LateBinding holds records of not-yet-known VM MACs.
+	LateBinding LateBindingConfig `yaml:"late_binding"`
+	// MaxRouteHops bounds the extraroute next-hop trace.
+	MaxRouteHops int `yaml:"max_route_hops"`
+}
+
+// InventoryConfig chooses and configures the inventory provider.
+type InventoryConfig struct {
+	// Provider is "file" ("openstack" is planned).
+	Provider string `yaml:"provider"`
+	// File is the inventory file (YAML or JSON) for provider "file".
+	File string `yaml:"file"`
+	// PollInterval is how often the provider is checked for changes.
+	PollInterval units.Duration `yaml:"poll_interval"`
+}
+
+// LateBindingConfig sizes the late-binding buffer.
+type LateBindingConfig struct {
+	// MaxRecords bounds the records held; 0 disables late binding
+	// (unknown MACs are emitted as unknown/miss at once).
+	MaxRecords int `yaml:"max_records"`
+	// Window is how long a record waits for its MAC to become known.
+	Window units.Duration `yaml:"window"`
+}
+
+// DefaultConfig returns the defaults: file provider polled every 5 s, 60 s
+// ghost grace, 10,000 records / 60 s late binding, 16 route hops.
+func DefaultConfig() Config {
+	return Config{
+		Inventory:    InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second)},
+		GhostGrace:   units.Duration(60 * time.Second),
+		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
+		MaxRouteHops: 16,
+	}
+}
+
+// Validate reports every invalid field as a *units.FieldError, joined.
+func (c Config) Validate() error {
+	var e units.Errors
+	switch c.Inventory.Provider {
+	case "file":
+		if c.Inventory.File == "" {
+			e.Add("inventory.file", "empty", "set the path of the inventory file (see docs/inventory.md)")
+		}
+	case "openstack":
+		e.Add("inventory.provider", `"openstack" is not implemented yet`, `use "file"`)
+	default:
+		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file"`)
+	}
+	if c.Inventory.PollInterval.D() < 100*time.Millisecond {
+		e.Add("inventory.poll_interval", fmt.Sprintf("%s is too short", c.Inventory.PollInterval), "use at least 100ms, e.g. 5s")
+	}
+	if c.GhostGrace < 0 {
+		e.Add("ghost_grace", "negative", "use e.g. 60s, or 0 to disable")
+	}
+	if c.LateBinding.MaxRecords < 0 {
+		e.Add("late_binding.max_records", "negative", "use e.g. 10000, or 0 to disable late binding")
+	}
+	if c.LateBinding.MaxRecords > 0 && c.LateBinding.Window.D() <= 0 {
+		e.Add("late_binding.window", "must be positive when late binding is on", "use e.g. 60s")
+	}
+	if c.MaxRouteHops < 1 {
+		e.Add("max_route_hops", fmt.Sprintf("%d is below 1", c.MaxRouteHops), "use e.g. 16")
+	}
+	return e.Err()
+}

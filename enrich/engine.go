@@ -1,0 +1,186 @@
+package enrich
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// Provider yields inventories. Poll returns changed=false (and a nil
+// inventory) when nothing changed since the last call, and an error when the
+// inventory cannot be read; the Engine then keeps its last good snapshot.
+type Provider interface {
+	Poll(ctx context.Context) (inv *inventory.Inventory, changed bool, err error)
+}
+
+// fileProvider adapts inventory.File.
+type fileProvider struct{ f *inventory.File }
+
+func (p fileProvider) Poll(context.Context) (*inventory.Inventory, bool, error) { return p.f.Poll() }
+
+// Engine attributes records against the current snapshot and keeps that
+// snapshot current. Apply and Flush may run concurrently with Run.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	prov    Provider
+	now     func() time.Time
+	snap    atomic.Pointer[snapshot.Snapshot]
+	version int64 // last version built; owned by the loader
+	loadMu  sync.Mutex
+	lastInv *inventory.Inventory
+	seen    map[string]bool // anomalies already logged and counted
+	lastErr string
+
+	lateMu sync.Mutex
+	late   []heldRecord
+	nHeld  atomic.Int64
+}
+
+type heldRecord struct {
+	f       schemas.Flow
+	at      time.Time
+	version int64 // snapshot version last tried
+}
+
+// Option adjusts an Engine; for tests and alternative providers.
+type Option func(*Engine)
+
+// WithProvider replaces the provider the config names.
+func WithProvider(p Provider) Option { return func(e *Engine) { e.prov = p } }
+
+// WithClock replaces time.Now.
+func WithClock(now func() time.Time) Option { return func(e *Engine) { e.now = now } }
+
+// New validates cfg and registers the metrics on reg. It reads nothing
+// and starts nothing: until Load or Run loads an inventory the Engine
+// attributes against an empty snapshot (version 0, everything unknown).
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Engine, error) {
+	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.prov == nil {
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("enrich config: %w", err)
+		}
+		f, err := inventory.NewFile(cfg.Inventory.File)
+		if err != nil {
+			return nil, fmt.Errorf("enrich: %w", err)
+		}
+		e.prov = fileProvider{f}
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	e.log = e.log.With("component", "enrich")
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("enrich metrics: %w", err)
+	}
+	e.m = m
+	e.snap.Store(snapshot.Build(nil, snapshot.Options{Version: 0, Now: e.now()}))
+	return e, nil
+}
+
+// Name implements pipeline.Transform.
+func (e *Engine) Name() string { return "enrich" }
+
+// Snapshot is the snapshot in use.
+func (e *Engine) Snapshot() *snapshot.Snapshot { return e.snap.Load() }
+
+// Load polls the provider once and swaps in a new snapshot if the
+// inventory changed. It returns the provider's error (the last good
+// snapshot stays in use). Call it before records flow to avoid a cold
+// start in which every record waits in the late-binding buffer.
+func (e *Engine) Load(ctx context.Context) error {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	inv, changed, err := e.prov.Poll(ctx)
+	if err != nil {
+		e.m.reloads.WithLabelValues("error").Inc()
+		if msg := err.Error(); msg != e.lastErr {
+			e.lastErr = msg
+			e.log.Error("inventory not loaded; keeping the last good snapshot", "version", e.snap.Load().Version(), "err", err)
+		}
+		return err
+	}
+	e.lastErr = ""
+	if changed {
+		e.lastInv = inv
+		e.rebuild()
+		return nil
+	}
+	// nothing changed: rebuild only to let expired ghosts go
+	if s := e.snap.Load(); e.lastInv != nil && s.Stats().Ghosts > 0 && e.now().Sub(s.Built()) > e.cfg.GhostGrace.D() {
+		e.rebuild()
+	}
+	return nil
+}
+
+// rebuild builds a snapshot from lastInv and swaps it in. loadMu held.
+func (e *Engine) rebuild() {
+	start, took := e.now(), time.Now()
+	prev := e.snap.Load()
+	e.version++
+	s := snapshot.Build(e.lastInv, snapshot.Options{Version: e.version, Now: start, GhostGrace: e.cfg.GhostGrace.D(), MaxRouteHops: e.cfg.MaxRouteHops, Prev: prev})
+	e.snap.Store(s)
+	st := s.Stats()
+	e.m.reloads.WithLabelValues("ok").Inc()
+	e.m.version.Set(float64(s.Version()))
+	e.m.builtAt.Set(float64(s.Built().UnixNano()) / 1e9)
+	e.m.endpoints.Set(float64(st.Endpoints))
+	e.m.ghosts.Set(float64(st.Ghosts))
+	e.m.amphoraMACs.Set(float64(st.AmphoraMACs))
+	e.m.routerMACs.Set(float64(st.RouterMACs))
+	e.m.buildSeconds.Set(time.Since(took).Seconds())
+	e.m.snapAnomalies.Reset()
+	for _, a := range s.Anomalies() {
+		e.m.snapAnomalies.WithLabelValues(a.Class).Inc()
+		key := a.Class + "\x00" + a.Kind + "\x00" + a.ID
+		if !e.seen[key] {
+			e.seen[key] = true
+			e.m.anomalies.WithLabelValues(a.Class).Inc()
+			e.log.Warn("inventory anomaly", "class", a.Class, "kind", a.Kind, "id", a.ID, "detail", a.Detail)
+		}
+	}
+	e.log.Info("attribution snapshot swapped", "version", s.Version(), "endpoints", st.Endpoints, "ghosts", st.Ghosts,
+		"amphora_macs", st.AmphoraMACs, "router_macs", st.RouterMACs, "tenants", st.Tenants, "anomalies", len(s.Anomalies()),
+		"build", time.Since(took).Round(time.Microsecond))
+}
+
+// Run loads the inventory at once and then every poll interval until ctx
+// is done. Load errors are logged and counted, never returned: attribution
+// keeps the last good snapshot. Returns nil when ctx is done.
+func (e *Engine) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.Inventory.PollInterval.D())
+	defer t.Stop()
+	for {
+		if err := e.Load(ctx); err != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Close releases nothing today; records still held are returned by Flush,
+// which the caller must drain before Close.
+func (e *Engine) Close() error { return nil }

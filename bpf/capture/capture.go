@@ -350,7 +350,10 @@ func (c *Capture) ifname(ifindex uint32) string {
 	if e, ok := c.names[ifindex]; ok {
 		return e.name
 	}
-	return fmt.Sprintf("ifindex%d", ifindex)
+	// Not attached by this run (slot-0 traffic): remember a synthetic name.
+	n := fmt.Sprintf("ifindex%d", ifindex)
+	c.names[ifindex] = nameEntry{name: n, expires: time.Now().Add(2 * c.cfg.IdleTimeout.D())}
+	return n
 }
 
 // drain hands every record in the ring buffer to the handler.

@@ -1,0 +1,98 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// benchFrame is a 64-byte-payload TCP ACK|PSH from flow i.
+func benchFrame(i int) []byte {
+	f := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 6, v4opts{}, tcp(1, 80, 0x18, pad(10))))
+	binary.BigEndian.PutUint32(f[14+12:], 0x0a000000|uint32(i)) // distinct source address per flow
+	return f
+}
+
+// kernelNs runs p over frame repeat times in the kernel and returns the
+// kernel-measured ns per run.
+func kernelNs(b *testing.B, p *ebpf.Program, frame []byte, repeat int) float64 {
+	b.Helper()
+	_, d, err := p.Benchmark(frame, repeat, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(d.Nanoseconds())
+}
+
+// cycleNs runs each frame once (a different flow every packet) and returns
+// the mean kernel-measured ns per packet.
+func cycleNs(b *testing.B, p *ebpf.Program, frames [][]byte) float64 {
+	b.Helper()
+	var sum time.Duration
+	for _, f := range frames {
+		_, d, err := p.Benchmark(f, 1, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += d
+	}
+	return float64(sum.Nanoseconds()) / float64(len(frames))
+}
+
+// BenchmarkPerPacket reports the kernel cost per packet of the ingress
+// program and its ratio to the empty tc program measured in the same run:
+//   - hit: the same flow every packet (repeat in the kernel);
+//   - miss_insert: a new flow every packet (one test run per packet, the
+//     empty baseline measured the same way);
+//   - hit_65536_flows: 65,536 live flows visited round-robin.
+func BenchmarkPerPacket(b *testing.B) {
+	b.Run("hit", func(b *testing.B) {
+		o := loadForTest(b, Spec{FlowEntries: 1 << 10})
+		f := benchFrame(0)
+		n := max(b.N, 100000)
+		empty := kernelNs(b, o.Empty(), f, n)
+		b.ResetTimer()
+		ns := kernelNs(b, o.Ingress(), f, n)
+		b.ReportMetric(ns, "ns/pkt")
+		b.ReportMetric(empty, "empty_ns/pkt")
+		b.ReportMetric(ns/empty, "x_empty")
+	})
+	b.Run("miss_insert", func(b *testing.B) {
+		const flows = 20000
+		frames := make([][]byte, flows)
+		for i := range frames {
+			frames[i] = benchFrame(i)
+		}
+		var ns, empty float64
+		for i := 0; i < max(1, b.N/flows); i++ {
+			o := loadForTest(b, Spec{FlowEntries: flows * 2, RingBytes: 1 << 22})
+			empty += cycleNs(b, o.Empty(), frames)
+			ns += cycleNs(b, o.Ingress(), frames)
+			o.Close()
+		}
+		b.ReportMetric(ns/empty*empty/float64(max(1, b.N/flows)), "ns/pkt")
+		b.ReportMetric(empty/float64(max(1, b.N/flows)), "empty_ns/pkt")
+		b.ReportMetric(ns/empty, "x_empty")
+	})
+	b.Run("hit_65536_flows", func(b *testing.B) {
+		const flows = 65536
+		o := loadForTest(b, Spec{FlowEntries: flows * 2, RingBytes: 1 << 22})
+		frames := make([][]byte, flows)
+		for i := range frames {
+			frames[i] = benchFrame(i)
+			if _, err := o.Ingress().Run(&ebpf.RunOptions{Data: frames[i]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ResetTimer()
+		empty := cycleNs(b, o.Empty(), frames)
+		ns := cycleNs(b, o.Ingress(), frames)
+		b.ReportMetric(ns, "ns/pkt")
+		b.ReportMetric(empty, "empty_ns/pkt")
+		b.ReportMetric(ns/empty, "x_empty")
+	})
+}

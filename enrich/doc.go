@@ -16,5 +16,6 @@
 // unknown, zone miss. Records are never dropped. Flush returns what is still
 // held, for shutdown.
 //
-// Rules: docs/attribution.md. Inventory format: docs/inventory.md.
+// Rules: enrich/attribution.md (to become docs/attribution.md). Inventory
+// format: docs/inventory.md.
 package enrich

@@ -1,0 +1,45 @@
+package pipeline
+
+import "context"
+
+// Source produces batches.
+//
+// Run sends batches to out until ctx is cancelled, then sends what it still
+// holds (blocking on a full edge is backpressure) and returns nil. It never
+// closes out: the runner does. A returned error stops the whole pipeline.
+type Source interface {
+	Name() string
+	Run(ctx context.Context, out chan<- *Batch) error
+}
+
+// Transform changes batches in place (e.g. attribution).
+//
+// Apply is called from one goroutine. An error ends the batch: the runner
+// acks it with the error and counts it; the pipeline keeps running.
+type Transform interface {
+	Name() string
+	Apply(ctx context.Context, b *Batch) error
+}
+
+// Sink consumes batches and acks each once its records are durable.
+//
+// Run reads in until it is closed, makes pending data durable, acks, and
+// returns nil. ctx is cancelled only on hard stop or when another stage
+// failed; then Run returns promptly, acking what it could not commit with
+// an error. A returned error stops the whole pipeline.
+type Sink interface {
+	Name() string
+	Run(ctx context.Context, in <-chan *Batch) error
+}
+
+// TransformFunc adapts a function to Transform.
+type TransformFunc struct {
+	StageName string
+	Fn        func(ctx context.Context, b *Batch) error
+}
+
+// Name implements Transform.
+func (t TransformFunc) Name() string { return t.StageName }
+
+// Apply implements Transform.
+func (t TransformFunc) Apply(ctx context.Context, b *Batch) error { return t.Fn(ctx, b) }

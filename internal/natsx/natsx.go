@@ -1,0 +1,256 @@
+// Package natsx holds tapflow's NATS plumbing shared by the agent and the
+// collector: the embedded nats-server with JetStream (the default
+// deployment), client connections that survive outages, and the stream
+// definitions (TAPFLOW_FLOWS, TAPFLOW_DLQ) created idempotently.
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/internal/units"
+)
+
+// Subjects and stream names: the transport contract (DESIGN §5).
+const (
+	FlowsStream       = "TAPFLOW_FLOWS"
+	FlowsSubjectRoot  = "tapflow.flows.v1"
+	DLQStream         = "TAPFLOW_DLQ"
+	DLQFlowsSubject   = "tapflow.dlq.flows"
+	HeaderOrigSubject = "Tapflow-Original-Subject"
+	HeaderOrigSeq     = "Tapflow-Original-Sequence"
+	HeaderError       = "Tapflow-Error"
+)
+
+// FlowsSubject is the subject an agent on node publishes to.
+func FlowsSubject(node string) string { return FlowsSubjectRoot + "." + node }
+
+// Config is the `nats:` section.
+type Config struct {
+	// URL of an external NATS server or cluster (comma-separated). Empty:
+	// `tapflow run` embeds a nats-server with JetStream in <data_dir>/nats.
+	URL string `yaml:"url"`
+	// Listen is the embedded server's client address (e.g. 127.0.0.1:4222)
+	// so other agents and collectors can connect. Empty (default): the
+	// embedded server is reachable only in-process.
+	Listen string `yaml:"listen"`
+	// Codec compresses Arrow IPC bodies on the wire: zstd (default), lz4, none.
+	Codec string `yaml:"codec"`
+	// StreamMaxBytes caps TAPFLOW_FLOWS on disk (default 10GiB). When full,
+	// publishes are refused (agents retry) rather than old data discarded.
+	StreamMaxBytes units.ByteSize `yaml:"stream_max_bytes"`
+	// DuplicateWindow is the JetStream dedupe window for Nats-Msg-Id (default 2m).
+	DuplicateWindow units.Duration `yaml:"duplicate_window"`
+	// PublishTimeout bounds one publish round trip (default 10s).
+	PublishTimeout units.Duration `yaml:"publish_timeout"`
+	// CredsFile is a NATS credentials file for an external server (optional).
+	CredsFile string `yaml:"creds_file"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Codec:           "zstd",
+		StreamMaxBytes:  10 << 30,
+		DuplicateWindow: units.Duration(2 * time.Minute),
+		PublishTimeout:  units.Duration(10 * time.Second),
+	}
+}
+
+// Validate reports every bad field.
+func (c Config) Validate() error {
+	var e units.Errors
+	switch c.Codec {
+	case "zstd", "lz4", "none":
+	default:
+		e.Add("codec", fmt.Sprintf("%q: unknown codec", c.Codec), "use zstd, lz4 or none")
+	}
+	if c.StreamMaxBytes < 64<<20 {
+		e.Add("stream_max_bytes", fmt.Sprintf("%s: too small", c.StreamMaxBytes), "use at least 64MiB, e.g. 10GiB")
+	}
+	if c.DuplicateWindow.D() < time.Second {
+		e.Add("duplicate_window", fmt.Sprintf("%s: too short", c.DuplicateWindow), "use e.g. 2m")
+	}
+	if c.PublishTimeout.D() < 100*time.Millisecond {
+		e.Add("publish_timeout", fmt.Sprintf("%s: too short", c.PublishTimeout), "use e.g. 10s")
+	}
+	if c.URL != "" && c.Listen != "" {
+		e.Add("listen", "set together with url", "listen only applies to the embedded server; clear one of them")
+	}
+	if c.CredsFile != "" {
+		if _, err := os.Stat(c.CredsFile); err != nil {
+			e.Add("creds_file", err.Error(), "point it at a readable NATS .creds file")
+		}
+	}
+	return e.Err()
+}
+
+// Embedded is an in-process nats-server with JetStream.
+type Embedded struct {
+	srv *server.Server
+	log *slog.Logger
+}
+
+// NewEmbedded prepares (but does not start) a server storing in storeDir.
+// listen "" keeps it in-process only.
+func NewEmbedded(storeDir, listen, name string, log *slog.Logger) (*Embedded, error) {
+	if err := os.MkdirAll(storeDir, 0o750); err != nil {
+		return nil, fmt.Errorf("embedded nats: create store %s: %w", storeDir, err)
+	}
+	opts := &server.Options{
+		ServerName: name,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+		DontListen: listen == "",
+		Port:       -1,
+		Host:       "127.0.0.1",
+	}
+	if listen != "" {
+		h, p, err := splitHostPort(listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: listen %q: %w", listen, err)
+		}
+		opts.Host, opts.Port = h, p
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	srv.SetLoggerV2(&slogAdapter{log.With("component", "nats-server")}, false, false, false)
+	return &Embedded{srv: srv, log: log}, nil
+}
+
+// Start starts the server and waits until it accepts connections.
+func (e *Embedded) Start() error {
+	go e.srv.Start()
+	if !e.srv.ReadyForConnections(30 * time.Second) {
+		return errors.New("embedded nats: not ready after 30s; see the nats-server log lines above")
+	}
+	e.log.Info("embedded nats-server ready", "store", e.srv.StoreDir(), "client_url", e.ClientURL())
+	return nil
+}
+
+// ClientURL is the TCP URL when listening, else "".
+func (e *Embedded) ClientURL() string {
+	if e.srv.Addr() == nil {
+		return ""
+	}
+	return e.srv.ClientURL()
+}
+
+// Connect opens an in-process client connection.
+func (e *Embedded) Connect(name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect("", append(clientOptions(name, log), nats.InProcessServer(e.srv))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect embedded nats: %w", err)
+	}
+	return nc, nil
+}
+
+// Close shuts the server down and waits for it (JetStream flushes to disk).
+func (e *Embedded) Close() error {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	return nil
+}
+
+// Connect dials an external NATS, retrying with backoff (1s → 30s) until
+// it answers or ctx ends, and logging what it waits for. The returned
+// connection reconnects forever.
+func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := clientOptions(name, log)
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	delay := time.Second
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(cfg.URL, opts...)
+		if err == nil {
+			log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "attempts", attempt)
+			return nc, nil
+		}
+		log.Warn("NATS unreachable; retrying", "url", redact(cfg.URL), "attempt", attempt, "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect nats %s: %w (last error: %v)", redact(cfg.URL), ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+func clientOptions(name string, log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectBufSize(-1), // never buffer publishes client-side: the agent retries itself
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS connection lost; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			log.Warn("NATS async error", "err", err)
+		}),
+	}
+}
+
+// EnsureStreams creates or updates TAPFLOW_FLOWS and TAPFLOW_DLQ. It is
+// idempotent and retries with backoff while JetStream is unavailable.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
+	streams := []jetstream.StreamConfig{{
+		Name:        FlowsStream,
+		Description: "tapflow flow.v1 record batches (Arrow IPC), one message per agent batch",
+		Subjects:    []string{FlowsSubjectRoot + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew, // refuse, never silently drop old batches
+		MaxBytes:    int64(cfg.StreamMaxBytes),
+		Duplicates:  cfg.DuplicateWindow.D(),
+	}, {
+		Name:        DLQStream,
+		Description: "tapflow messages the collector could not decode, with the reason in headers",
+		Subjects:    []string{"tapflow.dlq.>"},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      14 * 24 * time.Hour,
+		MaxBytes:    1 << 30,
+	}}
+	delay := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		var err error
+		for _, sc := range streams {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = js.CreateOrUpdateStream(cctx, sc)
+			cancel()
+			if err != nil {
+				err = fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		log.Warn("JetStream not ready; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+// StoreDir returns the embedded server's store directory under dataDir.
+func StoreDir(dataDir string) string { return filepath.Join(dataDir, "nats") }

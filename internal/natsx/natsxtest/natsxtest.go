@@ -1,0 +1,54 @@
+// Package natsxtest starts a real embedded nats-server with JetStream for
+// tests: in-process, store in t.TempDir(), streams created, shut down in
+// t.Cleanup.
+package natsxtest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/internal/natsx"
+)
+
+// Server is a running embedded server with a client connection.
+type Server struct {
+	*natsx.Embedded
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+	Dir string
+}
+
+// Run starts a server storing in dir (t.TempDir() when empty) listening on
+// a random loopback port, and creates the tapflow streams.
+func Run(t testing.TB, dir string) *Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	log := slog.New(slog.DiscardHandler)
+	e, err := natsx.NewEmbedded(dir, "127.0.0.1:0", "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.Connect("test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(context.Background(), js, natsx.DefaultConfig(), log); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Embedded: e, NC: nc, JS: js, Dir: dir}
+	t.Cleanup(func() { nc.Close(); _ = e.Close() })
+	return s
+}

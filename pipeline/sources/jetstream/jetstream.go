@@ -1,0 +1,261 @@
+// Package jetstream is the collector's pipeline source: a durable pull
+// consumer on TAPFLOW_FLOWS with explicit acks. Each message (one agent
+// batch) becomes one pipeline.Batch whose ack acks the message — so a
+// message is acked only when the sink has made its records durable, and
+// nacked (redelivered later) when the sink fails. Messages that do not
+// decode are moved to the dead-letter subject with the reason and
+// terminated; they never block good messages or crash the collector.
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// Config is the consumer part of the `collector:` section.
+type Config struct {
+	// Durable is the consumer name; collectors sharing it share the load.
+	Durable string `yaml:"durable"`
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// It must exceed roll_age: messages are acked when their file commits
+	// (default: roll_age + 2m).
+	AckWait units.Duration `yaml:"ack_wait"`
+	// MaxAckPending bounds unacked messages across the consumer; it must
+	// hold at least every message of one open file (default 20000).
+	MaxAckPending int `yaml:"max_ack_pending"`
+	// FetchBatch is the most messages fetched per pull (default 64).
+	FetchBatch int `yaml:"fetch_batch"`
+	// NakDelay delays redelivery of a message the sink could not commit
+	// (default 5s), so a full disk is not hammered.
+	NakDelay units.Duration `yaml:"nak_delay"`
+}
+
+// DefaultConfig returns defaults; AckWait is derived from the roll age by
+// the caller when left zero.
+func DefaultConfig() Config {
+	return Config{Durable: "tapflow-collector", MaxAckPending: 20000, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second)}
+}
+
+// Validate checks the fields and their fit with the sink's roll age.
+func (c Config) Validate(rollAge time.Duration) error {
+	var e units.Errors
+	if c.Durable == "" {
+		e.Add("durable", "empty", "set a consumer name, e.g. tapflow-collector")
+	}
+	if c.AckWait.D() != 0 && c.AckWait.D() <= rollAge+10*time.Second {
+		e.Add("ack_wait", fmt.Sprintf("%s is not longer than roll_age %s + 10s", c.AckWait, rollAge),
+			"raise ack_wait (or leave it empty for roll_age + 2m): messages wait for their file to commit before they are acked, a shorter ack_wait causes redelivery storms")
+	}
+	if c.MaxAckPending < 100 {
+		e.Add("max_ack_pending", fmt.Sprintf("%d: too small", c.MaxAckPending), "use at least 100 (default 20000): every message of an open file stays pending until it commits")
+	}
+	if c.FetchBatch < 1 || c.FetchBatch > 10000 {
+		e.Add("fetch_batch", fmt.Sprintf("%d: out of range", c.FetchBatch), "use 1..10000 (default 64)")
+	}
+	return e.Err()
+}
+
+// Source is a pipeline.Source reading agent batches from JetStream.
+type Source struct {
+	cfg     Config
+	js      jetstream.JetStream
+	drain   bool
+	drainTO time.Duration
+	log     *slog.Logger
+	dec     *schemas.Decoder
+	m       metrics
+}
+
+type metrics struct {
+	messages  prometheus.Counter
+	corrupt   prometheus.Counter
+	dlqErrors prometheus.Counter
+	naks      prometheus.Counter
+	pending   prometheus.Gauge
+}
+
+// Options for New.
+type Options struct {
+	// Drain makes Run, once its context ends, keep consuming until the
+	// consumer has nothing pending (bounded by DrainTimeout). `tapflow run`
+	// uses it so a graceful stop leaves no batch behind in the stream.
+	Drain        bool
+	DrainTimeout time.Duration
+	Logger       *slog.Logger
+	Registry     prometheus.Registerer
+}
+
+// New validates; it starts nothing. AckWait must already be resolved.
+func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
+	if cfg.AckWait.D() <= 0 {
+		return nil, errors.New("jetstream source: ack_wait must be resolved before New")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = time.Minute
+	}
+	s := &Source{cfg: cfg, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
+		log: opts.Logger.With("component", "jetstream-source", "durable", cfg.Durable), dec: schemas.NewDecoder()}
+	s.m = metrics{
+		messages:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", Help: "Messages fetched from TAPFLOW_FLOWS."}),
+		corrupt:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", Help: "Messages that failed to decode and went to the dead-letter subject."}),
+		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
+		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", Help: "Messages nacked because the sink could not commit them."}),
+		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", Help: "Messages in the stream not yet delivered to this consumer."}),
+	}
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.dlqErrors, s.m.naks, s.m.pending)
+	}
+	return s, nil
+}
+
+// Name implements pipeline.Source.
+func (s *Source) Name() string { return "consume" }
+
+// Consumer creates or updates the durable consumer (idempotent).
+func (s *Source) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := s.js.CreateOrUpdateConsumer(cctx, natsx.FlowsStream, jetstream.ConsumerConfig{
+		Durable:       s.cfg.Durable,
+		Description:   "tapflow collector: Parquet writer, acks after file commit",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait.D(),
+		MaxAckPending: s.cfg.MaxAckPending,
+		FilterSubject: natsx.FlowsSubjectRoot + ".>",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %s: %w", s.cfg.Durable, natsx.FlowsStream, err)
+	}
+	return c, nil
+}
+
+// Run implements pipeline.Source.
+func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
+	var cons jetstream.Consumer
+	delay := time.Second
+	for {
+		var err error
+		if cons, err = s.consumer(ctx); err == nil {
+			break
+		}
+		s.log.Warn("consumer not ready; retrying", "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+	for ctx.Err() == nil {
+		s.fetch(ctx, cons, out, time.Second)
+	}
+	if !s.drain {
+		return nil
+	}
+	// Drain: the agents have stopped; consume what they left in the stream.
+	deadline := time.Now().Add(s.drainTO)
+	bg := context.Background()
+	for time.Now().Before(deadline) {
+		n := s.fetch(bg, cons, out, 200*time.Millisecond)
+		if n > 0 {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(bg, 5*time.Second)
+		info, err := cons.Info(ictx)
+		cancel()
+		if err != nil || info.NumPending == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// fetch pulls one round of messages and forwards them; it returns how many
+// it got.
+func (s *Source) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- *pipeline.Batch, wait time.Duration) int {
+	batch, err := cons.Fetch(s.cfg.FetchBatch, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		s.log.Warn("fetch failed", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return 0
+	}
+	n := 0
+	for msg := range batch.Messages() {
+		n++
+		s.m.messages.Inc()
+		if md, err := msg.Metadata(); err == nil {
+			s.m.pending.Set(float64(md.NumPending))
+			s.forward(msg, md, out)
+		} else {
+			s.deadLetter(msg, 0, fmt.Errorf("no JetStream metadata: %w", err))
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Debug("fetch ended", "err", err)
+	}
+	return n
+}
+
+func (s *Source) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<- *pipeline.Batch) {
+	recs, err := s.dec.Decode(nil, msg.Data())
+	if err != nil {
+		s.deadLetter(msg, md.Sequence.Stream, err)
+		return
+	}
+	b := pipeline.NewBatch(recs, func(err error) {
+		if err == nil {
+			if aerr := msg.Ack(); aerr != nil {
+				// The file is committed; a lost ack means a redelivery the
+				// collector's dedupe must absorb.
+				s.log.Warn("ack failed after commit", "seq", md.Sequence.Stream, "err", aerr)
+			}
+			return
+		}
+		s.m.naks.Inc()
+		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
+	})
+	b.Seq = int64(md.Sequence.Stream)
+	b.Created = md.Timestamp
+	out <- b // blocking: backpressure
+}
+
+// deadLetter republishes the raw message with the reason and terminates the
+// original. If the dead-letter publish fails, the original is nacked so it
+// is retried: never lost.
+func (s *Source) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
+	s.m.corrupt.Inc()
+	s.log.Error("corrupt message moved to dead-letter subject", "subject", msg.Subject(), "stream_seq", seq, "bytes", len(msg.Data()), "dlq", natsx.DLQFlowsSubject, "err", cause)
+	dl := &nats.Msg{Subject: natsx.DLQFlowsSubject, Data: msg.Data(), Header: nats.Header{}}
+	dl.Header.Set(natsx.HeaderOrigSubject, msg.Subject())
+	dl.Header.Set(natsx.HeaderOrigSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(natsx.HeaderError, cause.Error())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, dl, jetstream.WithMsgID("dlq-"+strconv.FormatUint(seq, 10))); err != nil {
+		s.m.dlqErrors.Inc()
+		s.log.Error("dead-letter publish failed; message nacked for retry", "stream_seq", seq, "err", err)
+		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
+		return
+	}
+	_ = msg.TermWithReason("tapflow: corrupt flow batch: " + cause.Error())
+}

@@ -1,0 +1,205 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/sinks/natspub"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// publish sends batches of the given sizes through the real agent sink.
+func publish(t *testing.T, s *natsxtest.Server, sizes []int) {
+	t.Helper()
+	pub, err := natspub.New(s.JS, natspub.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: natsx.DefaultConfig(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *pipeline.Batch, len(sizes))
+	var wg sync.WaitGroup
+	for i, n := range sizes {
+		recs := make([]schemas.Flow, n)
+		for j := range recs {
+			recs[j] = schemas.Flow{Bytes: int64(100*i + j), Packets: 1, TenantID: "t1", Direction: "tx"}
+		}
+		wg.Add(1)
+		in <- pipeline.NewBatch(recs, func(err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Errorf("publish batch %d: %v", i, err)
+			}
+		})
+	}
+	close(in)
+	if err := pub.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+// collect runs the source until it has seen want records (or times out),
+// acking each batch with ackErr.
+func collect(t *testing.T, s *natsxtest.Server, want int, ackErr error) []schemas.Flow {
+	t.Helper()
+	cfg := jetstream.DefaultConfig()
+	cfg.AckWait = units.Duration(2 * time.Second)
+	cfg.NakDelay = units.Duration(100 * time.Millisecond)
+	src, err := jetstream.New(s.JS, cfg, jetstream.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := make(chan *pipeline.Batch, 4)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, out) }()
+	var got []schemas.Flow
+	for len(got) < want {
+		select {
+		case b := <-out:
+			got = append(got, b.Records...)
+			b.Ack(ackErr)
+		case <-ctx.Done():
+			t.Fatalf("got %d records, want %d", len(got), want)
+		}
+	}
+	cancel()
+	go func() {
+		for b := range out {
+			b.Ack(ackErr)
+		}
+	}()
+	<-done
+	close(out)
+	return got
+}
+
+func TestPublishConsumeExactCounts(t *testing.T) {
+	for _, sizes := range [][]int{{1}, {10, 0, 2000}, {5000, 5000, 5000, 7}} {
+		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
+			s := natsxtest.Run(t, "")
+			publish(t, s, sizes)
+			want, wantBytes := 0, int64(0)
+			for i, n := range sizes {
+				want += n
+				for j := range n {
+					wantBytes += int64(100*i + j)
+				}
+			}
+			got := collect(t, s, want, nil)
+			var bytes int64
+			seen := map[[2]int64]bool{}
+			for _, r := range got {
+				bytes += r.Bytes
+				k := [2]int64{r.BatchSeq, int64(r.RecordIndex)}
+				if seen[k] || r.AgentID != "agent-a" {
+					t.Fatalf("duplicate or unstamped record %+v", k)
+				}
+				seen[k] = true
+			}
+			if len(got) != want || bytes != wantBytes {
+				t.Fatalf("got %d records / %d bytes, want %d / %d", len(got), bytes, want, wantBytes)
+			}
+		})
+	}
+}
+
+func TestNakRedelivers(t *testing.T) {
+	s := natsxtest.Run(t, "")
+	publish(t, s, []int{100})
+	collect(t, s, 100, fmt.Errorf("disk full"))
+	// Nothing was acked: the same records come back.
+	if got := collect(t, s, 100, nil); len(got) != 100 {
+		t.Fatalf("redelivered %d records, want 100", len(got))
+	}
+}
+
+func TestCorruptMessageGoesToDLQ(t *testing.T) {
+	s := natsxtest.Run(t, "")
+	publish(t, s, []int{50})
+	bad := &nats.Msg{Subject: natsx.FlowsSubject("cmp1"), Data: []byte("definitely not arrow")}
+	if _, err := s.JS.PublishMsg(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, s, []int{70})
+	if got := collect(t, s, 120, nil); len(got) != 120 {
+		t.Fatalf("good records: got %d, want 120", len(got))
+	}
+	dlq, err := s.JS.Stream(context.Background(), natsx.DLQStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.GetLastMsgForSubject(context.Background(), natsx.DLQFlowsSubject)
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	if string(m.Data) != "definitely not arrow" || m.Header.Get(natsx.HeaderOrigSeq) != "2" || m.Header.Get(natsx.HeaderError) == "" {
+		t.Fatalf("dead letter %q headers %v", m.Data, m.Header)
+	}
+	// The corrupt message was terminated: nothing is left for the consumer.
+	c, err := s.JS.Consumer(context.Background(), natsx.FlowsStream, jetstream.DefaultConfig().Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer still has pending=%d ack_pending=%d", info.NumPending, info.NumAckPending)
+	}
+}
+
+func TestRepublishSameSeqIsDeduplicated(t *testing.T) {
+	s := natsxtest.Run(t, "")
+	enc, _ := schemas.NewEncoder("zstd")
+	body, _ := enc.Encode(nil, make([]schemas.Flow, 10))
+	for range 3 {
+		msg := &nats.Msg{Subject: natsx.FlowsSubject("cmp1"), Data: body}
+		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("agent-a-42")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := s.JS.Stream(context.Background(), natsx.FlowsStream)
+	info, _ := st.Info(context.Background())
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream holds %d messages, want 1 (Nats-Msg-Id dedupe)", info.State.Msgs)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name  string
+		mod   func(*jetstream.Config)
+		valid bool
+	}{
+		{"default", func(*jetstream.Config) {}, true},
+		{"ack wait shorter than roll age", func(c *jetstream.Config) { c.AckWait = units.Duration(time.Minute) }, false},
+		{"tiny max ack pending", func(c *jetstream.Config) { c.MaxAckPending = 3 }, false},
+		{"no durable", func(c *jetstream.Config) { c.Durable = "" }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := jetstream.DefaultConfig()
+			tc.mod(&c)
+			err := c.Validate(5 * time.Minute)
+			if (err == nil) != tc.valid {
+				t.Fatalf("Validate = %v, valid want %v", err, tc.valid)
+			}
+		})
+	}
+}

@@ -241,3 +241,34 @@ func TestNewRunnerValidates(t *testing.T) {
 		t.Fatal("empty name accepted")
 	}
 }
+
+// holdingTransform keeps every third batch's records until Flush.
+type holdingTransform struct {
+	n    int
+	held []schemas.Flow
+}
+
+func (h *holdingTransform) Name() string { return "hold" }
+func (h *holdingTransform) Apply(_ context.Context, b *Batch) error {
+	h.n++
+	if h.n%3 == 0 {
+		h.held = append(h.held, b.Records...)
+		b.Records = b.Records[:0]
+	}
+	return nil
+}
+func (h *holdingTransform) Flush() []schemas.Flow { held := h.held; h.held = nil; return held }
+
+func TestRunnerFlushesHolders(t *testing.T) {
+	src := &countSource{size: 10, limit: 95}
+	sink := &bufferSink{}
+	r, _ := NewRunner(Config{Name: "t"}, src, []Transform{&holdingTransform{}}, sink, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sink.got.Load() != src.produced.Load() {
+		t.Fatalf("sink got %d records, source produced %d", sink.got.Load(), src.produced.Load())
+	}
+}

@@ -149,7 +149,8 @@ func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch
 			b.Ack(fmt.Errorf("transform %s: %w", t.Name(), err))
 			continue
 		}
-		if d := n - len(b.Records); d > 0 {
+		if _, holds := t.(Holder); !holds && n > len(b.Records) {
+			d := n - len(b.Records)
 			r.metrics.Discarded.WithLabelValues(name, t.Name(), "filtered").Add(float64(d))
 		}
 		r.metrics.Sent.WithLabelValues(name, t.Name()).Add(float64(len(b.Records)))
@@ -162,6 +163,13 @@ func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch
 				b.Ack(fmt.Errorf("transform %s: %w", t.Name(), context.Cause(ctx)))
 			}
 			return nil
+		}
+	}
+	if h, ok := t.(Holder); ok {
+		if held := h.Flush(); len(held) > 0 {
+			r.log.Info("flushing records held by a transform", "stage", t.Name(), "records", len(held))
+			r.metrics.Sent.WithLabelValues(name, t.Name()).Add(float64(len(held)))
+			out <- NewBatch(held, nil)
 		}
 	}
 	return nil

@@ -1,6 +1,10 @@
 package pipeline
 
-import "context"
+import (
+	"context"
+
+	"github.com/tapflow/tapflow/schemas"
+)
 
 // Source produces batches.
 //
@@ -43,3 +47,11 @@ func (t TransformFunc) Name() string { return t.StageName }
 
 // Apply implements Transform.
 func (t TransformFunc) Apply(ctx context.Context, b *Batch) error { return t.Fn(ctx, b) }
+
+// Holder is implemented by transforms that keep records across batches
+// (late binding). Once the transform's input is closed the runner calls
+// Flush and sends what it returns downstream as one last batch, so a
+// graceful stop loses none of them.
+type Holder interface {
+	Flush() []schemas.Flow
+}

@@ -31,6 +31,9 @@ const (
 	HeaderError       = "Tapflow-Error"
 )
 
+// MaxPayload is the embedded server's message size limit.
+const MaxPayload = 8 << 20
+
 // FlowsSubject is the subject an agent on node publishes to.
 func FlowsSubject(node string) string { return FlowsSubjectRoot + "." + node }
 
@@ -114,6 +117,9 @@ func NewEmbedded(storeDir, listen, name string, log *slog.Logger) (*Embedded, er
 		DontListen: listen == "",
 		Port:       -1,
 		Host:       "127.0.0.1",
+		// Agent batches are ~40–80 B/record compressed: 8 MiB holds
+		// 100K+ records. Larger batches are split by the publisher.
+		MaxPayload: MaxPayload,
 	}
 	if listen != "" {
 		h, p, err := splitHostPort(listen)

@@ -63,10 +63,16 @@ func (b ByteSize) String() string {
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)
 	if err != nil {
-		return err
+		return typeError(n, err.Error())
 	}
 	*b = v
 	return nil
+}
+
+// typeError makes the YAML decoder collect the problem (with its line) and
+// go on, so one run reports every bad value instead of the first.
+func typeError(n *yaml.Node, msg string) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s", n.Line, msg)}}
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -84,7 +90,7 @@ func (d Duration) String() string { return time.Duration(d).String() }
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(strings.TrimSpace(n.Value))
 	if err != nil {
-		return fmt.Errorf("%q: not a duration; use e.g. 30s or 5m", n.Value)
+		return typeError(n, fmt.Sprintf("%q: not a duration; use e.g. 30s or 5m", n.Value))
 	}
 	*d = Duration(v)
 	return nil

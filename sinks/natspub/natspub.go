@@ -40,6 +40,7 @@ type Publisher struct {
 	enc     *schemas.Encoder
 	seq     *seqAllocator
 	subject string
+	body    []byte // reused encode buffer (Run is single-goroutine)
 	log     *slog.Logger
 	m       metrics
 }
@@ -49,6 +50,7 @@ type metrics struct {
 	bytes     prometheus.Counter
 	retries   prometheus.Counter
 	dupes     prometheus.Counter
+	splits    prometheus.Counter
 	latency   prometheus.Histogram
 }
 
@@ -75,10 +77,11 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 		bytes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_bytes_total", Help: "Message bytes acknowledged by JetStream (after compression)."}),
 		retries:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_retries_total", Help: "Publish attempts that failed and were retried."}),
 		dupes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_duplicates_total", Help: "Publishes JetStream reported as duplicates (a retry after a lost ack)."}),
+		splits:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_splits_total", Help: "Batches split in two because their message exceeded the server's max_payload."}),
 		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_publish_seconds", Help: "Time from publish to JetStream ack.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(p.m.published, p.m.bytes, p.m.retries, p.m.dupes, p.m.latency)
+		opts.Registry.MustRegister(p.m.published, p.m.bytes, p.m.retries, p.m.dupes, p.m.splits, p.m.latency)
 	}
 	return p, nil
 }
@@ -90,30 +93,51 @@ func (p *Publisher) Name() string { return "publish" }
 // 16K records per batch one round trip per batch costs ~1 ms, far below the
 // encode cost, and it keeps order and retry logic trivial.
 func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
-	var body []byte
 	for b := range in {
 		if ctx.Err() != nil {
 			b.Ack(fmt.Errorf("publish: %w", ctx.Err()))
 			continue
 		}
-		seq, err := p.seq.Next()
-		if err != nil {
+		seq, err := p.publishRecords(ctx, b.Records)
+		b.Seq = seq
+		if errors.Is(err, errSequence) {
 			b.Ack(err)
 			return err // cannot guarantee unique ids: stop the agent
 		}
-		b.Seq = seq
-		for i := range b.Records {
-			r := &b.Records[i]
-			r.AgentID, r.BatchSeq, r.RecordIndex = p.opts.AgentID, seq, int32(i)
-		}
-		body, err = p.enc.Encode(body[:0], b.Records)
-		if err != nil {
-			b.Ack(fmt.Errorf("publish batch %d: %w", seq, err))
-			continue
-		}
-		b.Ack(p.publish(ctx, seq, body))
+		b.Ack(err)
 	}
 	return nil
+}
+
+var errSequence = errors.New("batch sequence unavailable")
+
+// publishRecords publishes recs as one message, or, when the encoded
+// message exceeds the server's max_payload, as two halves (recursively),
+// each with its own batch_seq. It returns the first sequence used.
+func (p *Publisher) publishRecords(ctx context.Context, recs []schemas.Flow) (int64, error) {
+	seq, err := p.seq.Next()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", errSequence, err)
+	}
+	for i := range recs {
+		r := &recs[i]
+		r.AgentID, r.BatchSeq, r.RecordIndex = p.opts.AgentID, seq, int32(i)
+	}
+	p.body, err = p.enc.Encode(p.body[:0], recs)
+	if err != nil {
+		return seq, fmt.Errorf("publish batch %d: %w", seq, err)
+	}
+	if limit := p.js.Conn().MaxPayload(); limit > 0 && int64(len(p.body)) > limit-4096 && len(recs) > 1 {
+		p.m.splits.Inc()
+		half := len(recs) / 2
+		first, err := p.publishRecords(ctx, recs[:half])
+		if err != nil {
+			return first, err
+		}
+		_, err = p.publishRecords(ctx, recs[half:])
+		return first, err
+	}
+	return seq, p.publish(ctx, seq, p.body)
 }
 
 // publish retries until JetStream acks or ctx (the hard stop) ends.

@@ -1,0 +1,54 @@
+# tapflow — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/tapflow
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/tapflow/tapflow/internal/version.Version=$(VERSION)
+DEMO_DIR ?= demo-data
+DEMO_SECONDS ?= 20
+# Go test flags; override e.g. TESTFLAGS='-run TestX -v'.
+TESTFLAGS ?=
+
+include bpf/bpf.mk
+
+.DEFAULT_GOAL := help
+.PHONY: help build test test-short demo bench lint generate check-generate deps clean
+
+help: ## List the targets.
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/tapflow (static, no cgo).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tapflow
+
+deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
+	@deploy/scripts/deps.sh
+
+test: deps ## Run every test (-race). As root this includes the eBPF and network-namespace tests.
+	$(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./...
+	@$(MAKE) --no-print-directory check-generate
+
+test-short: ## Unit tests only (-short), no privileges needed.
+	$(GO) test -race -short $(TESTFLAGS) ./...
+
+demo: build ## Run the whole pipeline for ~20s on synthetic flows, then print a per-tenant bytes table from the Parquet files.
+	@deploy/scripts/demo.sh $(BIN) $(DEMO_DIR) $(DEMO_SECONDS)
+
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, eBPF (root).
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/benchpipe/
+	$(GO) test -run '^$$' -bench . -benchmem ./schemas/ ./sinks/... ./enrich/... ./pipeline/sources/synthetic/
+
+lint: ## gofmt, go vet and the generated-code check.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }
+	$(GO) vet ./...
+	@$(MAKE) --no-print-directory check-generate
+
+generate: bpf-generate ## Regenerate committed code: flow.v1 struct (schemas) and the eBPF objects (Debian clang).
+	$(GO) generate ./schemas/...
+
+check-generate: ## Fail when committed generated code is stale.
+	$(GO) test -run TestGeneratedCodeIsCurrent ./schemas/
+	@if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then $(MAKE) --no-print-directory bpf-check; \
+	 else echo "check-generate: clang/libbpf-dev missing, eBPF object check skipped (make deps as root installs them)"; fi
+
+clean: ## Remove build output and demo data.
+	rm -rf bin $(DEMO_DIR)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# deploy/scripts/deps.sh — install what `make test` and `make generate` need
+# on a fresh Debian machine. Idempotent: a no-op (well under a second) when
+# everything is present. Without root it only reports what is missing; the
+# tests that need those parts (eBPF, namespaces) skip themselves then.
+set -euo pipefail
+
+need=()
+command -v clang >/dev/null || need+=(clang)
+command -v llvm-strip >/dev/null || need+=(llvm)
+[[ -f /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
+command -v ip >/dev/null || need+=(iproute2)
+command -v bpftool >/dev/null || need+=(bpftool)
+
+if ((${#need[@]} == 0)); then
+	exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+	echo "deps: missing Debian packages: ${need[*]} (not root: not installing; eBPF tests will skip)" >&2
+	exit 0
+fi
+echo "deps: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

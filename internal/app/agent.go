@@ -1,0 +1,81 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tapflow/tapflow/enrich"
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/pipeline"
+	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
+	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/sinks/natspub"
+)
+
+// agent is source → enrich → publish, plus the inventory reload loop.
+type agent struct {
+	runner *pipeline.Runner
+	engine *enrich.Engine
+	rt     *runtime
+}
+
+func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
+	log := rt.log.With("process", "agent")
+	var (
+		src  pipeline.Source
+		opts []enrich.Option
+	)
+	switch cfg.Source {
+	case "synthetic":
+		s, err := synthetic.New(cfg.Synthetic, synthetic.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+		if err != nil {
+			return nil, fmt.Errorf("synthetic source: %w", err)
+		}
+		src = s
+		if cfg.Inventory.File == "" {
+			// The synthetic cloud's own inventory attributes its records.
+			opts = append(opts, enrich.WithProvider(synthetic.NewStaticProvider(s.Inventory())))
+		}
+	case "ebpf":
+		s, err := ebpfsrc.New(cfg.Capture, ebpfsrc.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+		if err != nil {
+			return nil, fmt.Errorf("ebpf source: %w", err)
+		}
+		src = s
+	}
+	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("enrich: %w", err)
+	}
+	pub, err := natspub.New(rt.js, natspub.Options{
+		AgentID: cfg.Agent.ID, Node: cfg.Node, StateDir: cfg.AgentStateDir(),
+		NATS: cfg.NATS, Logger: log, Registry: rt.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	runner, err := pipeline.NewRunner(pipeline.Config{
+		Name: "agent", EdgeCapacity: cfg.Agent.EdgeCapacity, ShutdownTimeout: cfg.Agent.ShutdownTimeout.D(),
+	}, src, []pipeline.Transform{eng}, pub, rt.pm, log)
+	if err != nil {
+		return nil, err
+	}
+	return &agent{runner: runner, engine: eng, rt: rt}, nil
+}
+
+// Run loads the inventory before the source starts (capture must not run
+// unattributed), keeps it fresh, and runs the pipeline.
+func (a *agent) Run(ctx context.Context) error {
+	defer a.engine.Close()
+	if err := a.engine.Load(ctx); err != nil {
+		return fmt.Errorf("load inventory: %w", err)
+	}
+	reloadCtx, stopReload := context.WithCancel(context.Background())
+	defer stopReload()
+	go func() {
+		if err := a.engine.Run(reloadCtx); err != nil {
+			a.rt.log.Error("inventory reload loop stopped", "err", err)
+		}
+	}()
+	return a.runner.Run(ctx)
+}

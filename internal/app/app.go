@@ -1,0 +1,153 @@
+// Package app wires tapflow's components into the three processes the CLI
+// runs: the agent (source → enrich → publish), the collector (consume →
+// Parquet) and run (both, around an embedded NATS server), with the
+// metrics endpoint and an ordered graceful shutdown.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/version"
+	"github.com/tapflow/tapflow/pipeline"
+)
+
+// RunAll runs agent + collector (+ embedded NATS unless nats.url is set)
+// until ctx ends, then stops in order: agent (publishes what it holds),
+// collector (drains the stream, commits, acks), NATS.
+func RunAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+		agent, err := newAgent(cfg, rt)
+		if err != nil {
+			return err
+		}
+		collector, err := newCollector(cfg, rt, true)
+		if err != nil {
+			return err
+		}
+		// The collector outlives the agent: it stops only once the agent
+		// has published everything, then drains what is left.
+		collCtx, stopCollector := context.WithCancel(context.Background())
+		defer stopCollector()
+		g := new(errgroup.Group)
+		g.Go(func() error {
+			err := collector.Run(collCtx)
+			if err != nil {
+				return fmt.Errorf("collector: %w", err)
+			}
+			return nil
+		})
+		agentErr := agent.Run(ctx)
+		if agentErr != nil {
+			agentErr = fmt.Errorf("agent: %w", agentErr)
+		}
+		log.Info("agent stopped; collector draining the stream")
+		stopCollector()
+		return errors.Join(agentErr, g.Wait())
+	})
+}
+
+// RunAgent runs the agent alone.
+func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+		a, err := newAgent(cfg, rt)
+		if err != nil {
+			return err
+		}
+		return a.Run(ctx)
+	})
+}
+
+// RunCollector runs the collector alone.
+func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+		c, err := newCollector(cfg, rt, false)
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	})
+}
+
+// runtime is what every process shares: logger, metrics, NATS.
+type runtime struct {
+	log *slog.Logger
+	reg *prometheus.Registry
+	nc  *nats.Conn
+	js  js.JetStream
+	pm  *pipeline.Metrics // one set for every pipeline of the process
+}
+
+func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body func(context.Context, *runtime) error) error {
+	rt := &runtime{log: log, reg: obs.NewRegistry()}
+	rt.pm = pipeline.NewMetrics(rt.reg)
+	log.Info("tapflow starting", "version", version.Version, "node", cfg.Node, "source", cfg.Source,
+		"data_dir", cfg.DataDir, "nats", natsTarget(cfg), "output", cfg.Collector.Parquet.Output)
+
+	metricsCtx, stopMetrics := context.WithCancel(context.Background())
+	defer stopMetrics()
+	if cfg.Metrics.Listen != "" {
+		srv, err := obs.Listen(cfg.Metrics.Listen, rt.reg)
+		if err != nil {
+			return err
+		}
+		log.Info("metrics endpoint", "url", "http://"+srv.Addr()+"/metrics")
+		go func() {
+			if err := srv.Run(metricsCtx); err != nil {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+
+	var err error
+	if cfg.NATS.URL == "" {
+		// Embedded server: `run` always, agent/collector alone too (single box).
+		emb, eerr := natsx.NewEmbedded(natsx.StoreDir(cfg.DataDir), cfg.NATS.Listen, "tapflow-"+cfg.Node, log)
+		if eerr != nil {
+			return eerr
+		}
+		if err := emb.Start(); err != nil {
+			return err
+		}
+		defer func() {
+			_ = emb.Close()
+			log.Info("embedded nats-server stopped")
+		}()
+		rt.nc, err = emb.Connect("tapflow-"+cfg.Node, log)
+	} else {
+		rt.nc, err = natsx.Connect(ctx, cfg.NATS, "tapflow-"+cfg.Node, log)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush outstanding acks before the connection goes.
+		_ = rt.nc.FlushTimeout(5 * time.Second)
+		rt.nc.Close()
+	}()
+	if rt.js, err = js.New(rt.nc); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := natsx.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+		return err
+	}
+	return body(ctx, rt)
+}
+
+func natsTarget(cfg config.Config) string {
+	if cfg.NATS.URL == "" {
+		return "embedded"
+	}
+	return "external"
+}

@@ -1,0 +1,29 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
+	"github.com/tapflow/tapflow/sinks/parquet"
+)
+
+// newCollector builds consume → Parquet. drain makes a graceful stop
+// consume everything left in the stream first (tapflow run).
+func newCollector(cfg config.Config, rt *runtime, drain bool) (*pipeline.Runner, error) {
+	log := rt.log.With("process", "collector")
+	src, err := jetstream.New(rt.js, cfg.Collector.Consumer, jetstream.Options{
+		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+	if err != nil {
+		return nil, fmt.Errorf("parquet sink: %w", err)
+	}
+	return pipeline.NewRunner(pipeline.Config{
+		Name: "collector", EdgeCapacity: cfg.Agent.EdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
+	}, src, nil, sink, rt.pm, log)
+}

@@ -1,0 +1,105 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	c.Node = "cmp1"
+	c.Resolve()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid:\n%v", err)
+	}
+}
+
+func TestExampleConfigValidates(t *testing.T) {
+	if _, err := Load("../../deploy/examples/tapflow.yaml"); err != nil {
+		t.Fatalf("deploy/examples/tapflow.yaml:\n%v", err)
+	}
+}
+
+func TestErrorsNameFieldAndFix(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string // each must appear in the error text
+	}{
+		{"bad size", "node: a\ncollector:\n  roll_size: 12x\n", []string{`collector.roll_size: "12x": not a size; use e.g. 128MiB`}},
+		{"bad duration", "node: a\ncollector:\n  roll_age: soon\n", []string{`collector.roll_age: "soon": not a duration`}},
+		{"unknown key", "node: a\nnats:\n  ulr: x\n", []string{"nats.ulr: unknown key ulr"}},
+		{"several at once", "node: a\nsource: tape\nnats:\n  codec: gzip\nlog:\n  level: loud\n", []string{
+			`source: "tape": unknown source; use synthetic or ebpf`, `nats.codec: "gzip"`, `log.level: "loud"`,
+		}},
+		{"bad node", "node: a.b\n", []string{`node: "a.b": not usable in a NATS subject`}},
+		{"ack wait too short", "node: a\ncollector:\n  roll_age: 5m\n  ack_wait: 1m\n", []string{"collector.ack_wait:"}},
+		{"ebpf needs inventory", "node: a\nsource: ebpf\n", []string{"inventory.file: empty with source: ebpf"}},
+		{"missing inventory file", "node: a\ninventory:\n  file: /nonexistent/inv.yaml\n", []string{"inventory.file:"}},
+		{"not yaml", "node: [\n", []string{"not valid YAML"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestResolveDerivesDefaults(t *testing.T) {
+	c, err := Parse([]byte("node: cmp7\ndata_dir: /srv/tf\ncollector:\n  roll_age: 1m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.ID != "cmp7" || c.Collector.Parquet.Output != "/srv/tf" || c.Collector.Consumer.AckWait.D().Minutes() != 3 {
+		t.Fatalf("derived: agent.id=%q output=%q ack_wait=%s", c.Agent.ID, c.Collector.Parquet.Output, c.Collector.Consumer.AckWait)
+	}
+}
+
+// TestDocsListEveryKey keeps docs/config.md in step with the structs.
+func TestDocsListEveryKey(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range yamlKeys(reflect.TypeFor[Config](), "") {
+		if !strings.Contains(string(doc), "`"+key+"`") {
+			t.Errorf("docs/config.md does not document `%s`", key)
+		}
+	}
+}
+
+func yamlKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || tag[0] == "-" {
+			continue
+		}
+		name := prefix
+		if tag[0] != "" {
+			name = strings.TrimPrefix(prefix+"."+tag[0], ".")
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Struct && !strings.HasPrefix(ft.PkgPath(), "time") {
+			if tag[0] != "" {
+				keys = append(keys, name)
+			}
+			keys = append(keys, yamlKeys(ft, name)...)
+			continue
+		}
+		keys = append(keys, name)
+	}
+	return keys
+}

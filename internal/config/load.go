@@ -1,0 +1,247 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tapflow/tapflow/enrich"
+	"github.com/tapflow/tapflow/internal/units"
+)
+
+// Load reads path over the defaults, resolves derived values and validates
+// the whole file. The error lists every problem, one per line, each with
+// the field path and the fix.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse is Load on bytes.
+func Parse(data []byte) (Config, error) {
+	cfg, err := Decode(data)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Resolve()
+	return cfg, cfg.Validate()
+}
+
+// Decode reads data over the defaults without resolving or validating,
+// so the caller can apply overrides (command-line flags) first.
+func Decode(data []byte) (Config, error) {
+	cfg := Default()
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, yamlErrors(data, err)
+		}
+	}
+	return cfg, nil
+}
+
+// Resolve fills the values derived from others (agent id from node,
+// collector output from data_dir, ack_wait from roll_age).
+func (c *Config) Resolve() {
+	if c.Agent.ID == "" {
+		c.Agent.ID = c.Node
+	}
+	if c.Collector.Parquet.Output == "" {
+		c.Collector.Parquet.Output = c.DataDir
+	}
+	if c.Collector.Parquet.Writer == "" {
+		c.Collector.Parquet.Writer = c.Node
+	}
+	if c.Collector.Consumer.AckWait == 0 {
+		c.Collector.Consumer.AckWait = units.Duration(c.Collector.Parquet.RollAge.D() + 2*time.Minute)
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Validate checks every field and reports all problems at once.
+func (c Config) Validate() error {
+	var e units.Errors
+	if !nameRE.MatchString(c.Node) {
+		e.Add("node", fmt.Sprintf("%q: not usable in a NATS subject", c.Node), "use letters, digits, - and _ (e.g. the short hostname)")
+	}
+	if !nameRE.MatchString(c.Agent.ID) {
+		e.Add("agent.id", fmt.Sprintf("%q: not usable in a message id", c.Agent.ID), "use letters, digits, - and _")
+	}
+	if c.DataDir == "" {
+		e.Add("data_dir", "empty", "set a directory, e.g. /var/lib/tapflow")
+	}
+	switch c.Source {
+	case "synthetic":
+		e.Merge("synthetic", c.Synthetic.Validate())
+	case "ebpf":
+		e.Merge("capture", c.Capture.Validate())
+		if c.Inventory.Provider == "file" && c.Inventory.File == "" {
+			e.Add("inventory.file", "empty with source: ebpf", "point it at an inventory file (docs/inventory.md): real traffic needs OpenStack metadata")
+		}
+	default:
+		e.Add("source", fmt.Sprintf("%q: unknown source", c.Source), "use synthetic or ebpf")
+	}
+	if c.Inventory.File != "" || c.Source != "synthetic" {
+		e.Merge("", prefixInventory(c.EnrichConfig().Validate()))
+	}
+	if c.Inventory.File != "" {
+		if _, err := os.Stat(c.Inventory.File); err != nil {
+			e.Add("inventory.file", err.Error(), "create the file or fix the path (docs/inventory.md)")
+		}
+	}
+	if c.Agent.EdgeCapacity < 1 || c.Agent.EdgeCapacity > 4096 {
+		e.Add("agent.edge_capacity", strconv.Itoa(c.Agent.EdgeCapacity)+": out of range", "use 1..4096 (default 16)")
+	}
+	if c.Agent.ShutdownTimeout.D() < time.Second {
+		e.Add("agent.shutdown_timeout", c.Agent.ShutdownTimeout.String()+": too short", "use e.g. 30s")
+	}
+	e.Merge("nats", c.NATS.Validate())
+	e.Merge("collector", c.Collector.Parquet.Validate())
+	e.Merge("collector", c.Collector.Consumer.Validate(c.Collector.Parquet.RollAge.D()))
+	if c.Metrics.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)
+		}
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		e.Add("log.format", fmt.Sprintf("%q: unknown", c.Log.Format), "use json or text")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		e.Add("log.level", fmt.Sprintf("%q: unknown", c.Log.Level), "use debug, info, warn or error")
+	}
+	return e.Err()
+}
+
+// enrich.Config reports inventory fields as "inventory.x"; the rest are
+// under attribution here.
+func prefixInventory(err error) error {
+	if err == nil {
+		return nil
+	}
+	var out units.Errors
+	for _, one := range unwrapAll(err) {
+		var fe *units.FieldError
+		if errors.As(one, &fe) && !strings.HasPrefix(fe.Path, "inventory.") {
+			out.Add("attribution."+fe.Path, fe.Problem, fe.Fix)
+			continue
+		}
+		out.Merge("", one)
+	}
+	return out.Err()
+}
+
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// EnrichConfig assembles the enrich stage's config.
+func (c Config) EnrichConfig() enrich.Config {
+	return enrich.Config{
+		Inventory:    c.Inventory,
+		GhostGrace:   c.Attribution.GhostGrace,
+		LateBinding:  c.Attribution.LateBinding,
+		MaxRouteHops: c.Attribution.MaxRouteHops,
+	}
+}
+
+// AgentStateDir is where the agent keeps its batch sequence.
+func (c Config) AgentStateDir() string { return filepath.Join(c.DataDir, "agent") }
+
+var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type`)
+
+// yamlErrors turns yaml.v3's errors ("line 7: cannot unmarshal ...") into
+// FieldErrors with the dotted path of the key on that line.
+func yamlErrors(data []byte, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	paths := linePaths(data)
+	var e units.Errors
+	for _, msg := range te.Errors {
+		m := yamlLineRE.FindStringSubmatch(msg)
+		if m == nil {
+			e.Add("(config)", msg, "")
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		path, problem := paths[line], m[2]
+		if path == "" {
+			path = "line " + m[1]
+		}
+		if u := unknownFieldRE.FindStringSubmatch(problem); u != nil {
+			e.Add(path, "unknown key "+u[1], "check the spelling; every key is listed in docs/config.md")
+			continue
+		}
+		if i := strings.LastIndex(problem, "; "); i > 0 {
+			e.Add(path, problem[:i], problem[i+2:])
+			continue
+		}
+		e.Add(path, problem, "see docs/config.md for the expected type")
+	}
+	return e.Err()
+}
+
+// linePaths maps each line holding a key or value to its dotted path.
+func linePaths(data []byte) map[int]string {
+	out := map[int]string{}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return out
+	}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				out[k.Line] = p
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				if _, ok := out[c.Line]; !ok {
+					out[c.Line] = p
+				}
+				walk(c, p)
+			}
+		default:
+			if _, ok := out[n.Line]; !ok {
+				out[n.Line] = path
+			}
+		}
+	}
+	walk(&doc, "")
+	return out
+}

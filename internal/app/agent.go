@@ -14,8 +14,10 @@ import (
 
 // agent is source → enrich → publish, plus the inventory reload loop.
 type agent struct {
-	runner *pipeline.Runner
+	source pipeline.Source
 	engine *enrich.Engine
+	sink   pipeline.Sink
+	runner *pipeline.Runner
 	rt     *runtime
 }
 
@@ -60,7 +62,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &agent{runner: runner, engine: eng, rt: rt}, nil
+	return &agent{source: src, engine: eng, sink: pub, runner: runner, rt: rt}, nil
 }
 
 // Run loads the inventory before the source starts (capture must not run

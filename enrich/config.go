@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -21,12 +22,19 @@ type Config struct {
 
 // InventoryConfig chooses and configures the inventory provider.
 type InventoryConfig struct {
-	// Provider is "file" ("openstack" is planned).
+	// Provider is "file" or "openstack".
 	Provider string `yaml:"provider"`
 	// File is the inventory file (YAML or JSON) for provider "file".
 	File string `yaml:"file"`
-	// PollInterval is how often the provider is checked for changes.
+	// PollInterval is how often the provider is checked for changes (for
+	// openstack: for a newer fetched inventory, and for expired ghosts).
 	PollInterval units.Duration `yaml:"poll_interval"`
+	// Refresh is how often provider "openstack" re-reads the cloud (a
+	// reconcile pass); Engine.Refresh asks for one at once.
+	Refresh units.Duration `yaml:"refresh"`
+	// OpenStack configures provider "openstack" (auth, interface,
+	// region, ...); see package enrich/provider/openstack.
+	OpenStack openstack.Config `yaml:"openstack"`
 }
 
 // LateBindingConfig sizes the late-binding buffer.
@@ -38,11 +46,13 @@ type LateBindingConfig struct {
 	Window units.Duration `yaml:"window"`
 }
 
-// DefaultConfig returns the defaults: file provider polled every 5 s, 60 s
-// ghost grace, 10,000 records / 60 s late binding, 16 route hops.
+// DefaultConfig returns the defaults: file provider polled every 5 s
+// (openstack: refreshed every 5 min on the internal interface), 60 s ghost
+// grace, 10,000 records / 60 s late binding, 16 route hops.
 func DefaultConfig() Config {
 	return Config{
-		Inventory:    InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second)},
+		Inventory: InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second),
+			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig()},
 		GhostGrace:   units.Duration(60 * time.Second),
 		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
 		MaxRouteHops: 16,
@@ -58,9 +68,14 @@ func (c Config) Validate() error {
 			e.Add("inventory.file", "empty", "set the path of the inventory file (see docs/inventory.md)")
 		}
 	case "openstack":
-		e.Add("inventory.provider", `"openstack" is not implemented yet`, `use "file"`)
+		osc := c.Inventory.OpenStackConfig()
+		if c.Inventory.Refresh.D() < time.Second {
+			e.Add("inventory.refresh", fmt.Sprintf("%s is too short", c.Inventory.Refresh), "use at least 1s, e.g. 5m")
+			osc.Refresh = units.Duration(5 * time.Minute) // reported above, not again below
+		}
+		e.Merge("inventory.openstack", osc.Validate())
 	default:
-		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file"`)
+		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file" or "openstack"`)
 	}
 	if c.Inventory.PollInterval.D() < 100*time.Millisecond {
 		e.Add("inventory.poll_interval", fmt.Sprintf("%s is too short", c.Inventory.PollInterval), "use at least 100ms, e.g. 5s")
@@ -78,4 +93,12 @@ func (c Config) Validate() error {
 		e.Add("max_route_hops", fmt.Sprintf("%d is below 1", c.MaxRouteHops), "use e.g. 16")
 	}
 	return e.Err()
+}
+
+// OpenStackConfig is the openstack provider's config with Refresh filled
+// in from inventory.refresh.
+func (c InventoryConfig) OpenStackConfig() openstack.Config {
+	osc := c.OpenStack
+	osc.Refresh = c.Refresh
+	return osc
 }

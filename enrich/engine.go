@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -22,6 +23,20 @@ import (
 type Provider interface {
 	Poll(ctx context.Context) (inv *inventory.Inventory, changed bool, err error)
 }
+
+// Optional Provider methods the Engine uses when present (the openstack
+// provider has them all).
+type (
+	// runner keeps the provider's own loop (cold start, reconcile);
+	// Engine.Run runs it alongside the poll loop.
+	runner interface {
+		Run(ctx context.Context) error
+	}
+	// updater signals a new inventory so Run polls at once.
+	updater interface{ Updates() <-chan struct{} }
+	// refresher re-reads the source on demand (Engine.Refresh).
+	refresher interface{ Refresh() }
+)
 
 // fileProvider adapts inventory.File.
 type fileProvider struct{ f *inventory.File }
@@ -46,6 +61,8 @@ type Engine struct {
 	lateMu sync.Mutex
 	late   []heldRecord
 	nHeld  atomic.Int64
+
+	kick chan struct{} // Refresh -> Run
 }
 
 type heldRecord struct {
@@ -67,27 +84,36 @@ func WithClock(now func() time.Time) Option { return func(e *Engine) { e.now = n
 // and starts nothing: until Load or Run loads an inventory the Engine
 // attributes against an empty snapshot (version 0, everything unknown).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Engine, error) {
-	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}}
+	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}, kick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(e)
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
 	if e.prov == nil {
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("enrich config: %w", err)
 		}
-		f, err := inventory.NewFile(cfg.Inventory.File)
-		if err != nil {
-			return nil, fmt.Errorf("enrich: %w", err)
+		switch cfg.Inventory.Provider {
+		case "openstack":
+			p, err := openstack.New(cfg.Inventory.OpenStackConfig(), e.log, reg)
+			if err != nil {
+				return nil, fmt.Errorf("enrich: %w", err)
+			}
+			e.prov = p
+		default:
+			f, err := inventory.NewFile(cfg.Inventory.File)
+			if err != nil {
+				return nil, fmt.Errorf("enrich: %w", err)
+			}
+			e.prov = fileProvider{f}
 		}
-		e.prov = fileProvider{f}
-	}
-	if e.log == nil {
-		e.log = slog.Default()
 	}
 	e.log = e.log.With("component", "enrich")
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("enrich metrics: %w", err)
@@ -163,10 +189,28 @@ func (e *Engine) rebuild() {
 		"build", time.Since(took).Round(time.Microsecond))
 }
 
-// Run loads the inventory at once and then every poll interval until ctx
-// is done. Load errors are logged and counted, never returned: attribution
-// keeps the last good snapshot. Returns nil when ctx is done.
+// Run loads the inventory at once and then every poll interval, on each
+// Refresh and whenever the provider signals a new inventory, until ctx is
+// done. A provider with its own loop (openstack: cold start, reconcile
+// every inventory.refresh) has it run alongside. Load errors are logged
+// and counted, never returned: attribution keeps the last good snapshot.
+// Returns nil when ctx is done.
 func (e *Engine) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if r, ok := e.prov.(runner); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(ctx); err != nil {
+				e.log.Error("inventory provider loop stopped", "err", err)
+			}
+		}()
+	}
+	var updates <-chan struct{}
+	if u, ok := e.prov.(updater); ok {
+		updates = u.Updates()
+	}
 	t := time.NewTicker(e.cfg.Inventory.PollInterval.D())
 	defer t.Stop()
 	for {
@@ -177,10 +221,30 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-updates:
+		case <-e.kick:
 		}
 	}
 }
 
-// Close releases nothing today; records still held are returned by Flush,
-// which the caller must drain before Close.
-func (e *Engine) Close() error { return nil }
+// Refresh re-reads the inventory source now (SIGHUP, the HTTP refresh
+// endpoint): provider openstack starts a reconcile pass, provider file is
+// re-read. It does not wait; Run applies the result.
+func (e *Engine) Refresh() {
+	if r, ok := e.prov.(refresher); ok {
+		r.Refresh()
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close closes the provider when it holds resources; records still held
+// are returned by Flush, which the caller must drain before Close.
+func (e *Engine) Close() error {
+	if c, ok := e.prov.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
@@ -31,7 +32,16 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults with a file", func(*Config) {}, nil},
 		{"no file", func(c *Config) { c.Inventory.File = "" }, []string{"inventory.file"}},
 		{"unknown provider", func(c *Config) { c.Inventory.Provider = "nova" }, []string{"inventory.provider"}},
-		{"openstack not yet", func(c *Config) { c.Inventory.Provider = "openstack" }, []string{"inventory.provider"}},
+		{"openstack defaults", func(c *Config) { c.Inventory.Provider = "openstack" }, nil},
+		{"openstack noauth without neutron", func(c *Config) {
+			c.Inventory.Provider = "openstack"
+			c.Inventory.OpenStack.NoAuth = &openstack.NoAuthConfig{Nova: "http://127.0.0.1:8774/v2.1"}
+		}, []string{"inventory.openstack.noauth.neutron"}},
+		{"openstack bad interface and refresh", func(c *Config) {
+			c.Inventory.Provider = "openstack"
+			c.Inventory.OpenStack.Interface = "private"
+			c.Inventory.Refresh = units.Duration(time.Millisecond)
+		}, []string{"inventory.refresh", "inventory.openstack.interface"}},
 		{"poll too fast", func(c *Config) { c.Inventory.PollInterval = units.Duration(time.Millisecond) }, []string{"inventory.poll_interval"}},
 		{"negative grace", func(c *Config) { c.GhostGrace = -1 }, []string{"ghost_grace"}},
 		{"late binding without window", func(c *Config) { c.LateBinding.Window = 0 }, []string{"late_binding.window"}},

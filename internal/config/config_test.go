@@ -39,6 +39,7 @@ func TestErrorsNameFieldAndFix(t *testing.T) {
 		{"ack wait too short", "node: a\ncollector:\n  roll_age: 5m\n  ack_wait: 1m\n", []string{"collector.ack_wait:"}},
 		{"ebpf needs inventory", "node: a\nsource: ebpf\n", []string{"inventory.file: empty with source: ebpf"}},
 		{"missing inventory file", "node: a\ninventory:\n  file: /nonexistent/inv.yaml\n", []string{"inventory.file:"}},
+		{"poll interval zero with synthetic", "node: a\ninventory:\n  poll_interval: 0s\n", []string{"inventory.poll_interval"}},
 		{"not yaml", "node: [\n", []string{"not valid YAML"}},
 	}
 	for _, tc := range cases {

@@ -95,9 +95,13 @@ func (c Config) Validate() error {
 	default:
 		e.Add("source", fmt.Sprintf("%q: unknown source", c.Source), "use synthetic or ebpf")
 	}
-	if c.Inventory.File != "" || c.Source != "synthetic" {
-		e.Merge("", prefixInventory(c.EnrichConfig().Validate()))
+	ec := c.EnrichConfig()
+	if c.Source == "synthetic" && ec.Inventory.File == "" {
+		// The synthetic cloud is the inventory; the other attribution
+		// fields (poll interval, windows) still apply and are checked.
+		ec.Inventory.File = "(synthetic)"
 	}
+	e.Merge("", prefixInventory(ec.Validate()))
 	if c.Inventory.File != "" {
 		if _, err := os.Stat(c.Inventory.File); err != nil {
 			e.Add("inventory.file", err.Error(), "create the file or fix the path (docs/inventory.md)")

@@ -1,0 +1,38 @@
+package parquet
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	files, bytes, rows, commitErrors prometheus.Counter
+	open                             prometheus.Gauge
+	commitSeconds                    prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		files: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_files_committed_total", Help: "Parquet files committed (renamed into place and fsynced).",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_bytes_committed_total", Help: "Bytes of committed Parquet files.",
+		}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_rows_committed_total", Help: "Rows in committed Parquet files.",
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_commit_errors_total", Help: "Failed writes or commits; each failed every batch held and removed every open file.",
+		}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tapflow_parquet_open_files", Help: "Parquet files being written (one per open partition).",
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tapflow_parquet_commit_seconds",
+			Help:    "Time to commit every open file of a roll: close, fsync, rename, fsync directories.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds}
+}

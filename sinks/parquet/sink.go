@@ -1,0 +1,628 @@
+package parquet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	pq "github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// Key-value metadata written into every file besides
+// schemas.MetadataKey=flow.v1.
+const (
+	// MetadataWriter names the collector that wrote the file.
+	MetadataWriter = "tapflow.writer"
+	// MetadataBatchSeqs lists the Batch.Seq (JetStream stream sequences)
+	// whose records the file holds, as sorted ranges: "5-9,12,20-31".
+	MetadataBatchSeqs = "tapflow.batch_seqs"
+)
+
+// initialBytesPerRow estimates the size of a row on disk until the first
+// file or row group has been measured (flow.v1 with zstd measures ≈40).
+const initialBytesPerRow = 64
+
+const usPerHour = int64(time.Hour / time.Microsecond)
+
+// highCardinality are the string columns whose min/max bounds are not
+// written: records are not sorted by them, so bounds cannot prune, and
+// computing them costs ~10% of the write CPU.
+var highCardinality = []string{"ifname", "vm_mac", "peer_mac", "src_ip", "dst_ip", "server_id", "port_id"}
+
+// Options are the collaborators of the sink.
+type Options struct {
+	// Node names the writer when Config.Writer is empty.
+	Node string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registry receives the tapflow_parquet_* metrics; nil registers none.
+	Registry *prometheus.Registry
+}
+
+// Sink writes flow.v1 batches into hourly partitions of Parquet files and
+// acks every batch once each file holding its records is committed.
+// It is a pipeline.Sink; Run is called once.
+type Sink struct {
+	cfg    Config
+	writer string
+	root   string // <output>/flows
+	nonce  string // makes temp names unique across restarts
+	wopts  []pq.WriterOption
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	m      *metrics
+	once   sync.Once
+
+	// Owned by Run's goroutine.
+	files    map[int64]*file // open files by hour (time_end µs / 1h)
+	acks     pipeline.AckGroup
+	timer    *time.Timer
+	timerC   <-chan time.Time // nil while no file is open
+	bpr      float64          // measured bytes per row on disk
+	tmpSeq   int
+	syncDirs map[string]struct{} // parents of directories created since the last commit
+	hours    []int64
+	fails    failLog
+}
+
+// file is one open partition file.
+type file struct {
+	hour        int64
+	dir, tmp    string
+	final       string // set once renamed
+	f           *os.File
+	out         countingWriter
+	w           *pq.GenericWriter[schemas.Flow]
+	rows        int64 // rows written
+	flushedRows int64 // rows in row groups already written out
+	groupRows   int64 // rows in the current row group
+	seqs        []int64
+}
+
+type countingWriter struct {
+	f *os.File
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.f.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type failLog struct {
+	key        string
+	at         time.Time
+	suppressed int
+	failures   int
+}
+
+// New validates cfg and registers the metrics. It touches no file and
+// starts nothing: Run does.
+func New(cfg Config, opts Options) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("parquet sink config: %w", err)
+	}
+	writer := cfg.Writer
+	if writer == "" {
+		writer = opts.Node
+	}
+	if !writerName.MatchString(writer) {
+		return nil, fmt.Errorf("parquet sink: writer name %q (from collector.writer, else node) is empty or has characters other than letters, digits, '.', '_' and '-'; set collector.writer", writer)
+	}
+	codec, err := codecFor(cfg.Compression)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sink{
+		cfg:      cfg,
+		writer:   writer,
+		root:     filepath.Join(cfg.Output, "flows"),
+		nonce:    strconv.FormatInt(time.Now().UnixNano(), 36),
+		log:      log.With("component", "sinks/parquet"),
+		reg:      opts.Registry,
+		m:        newMetrics(),
+		files:    make(map[int64]*file),
+		bpr:      initialBytesPerRow,
+		syncDirs: make(map[string]struct{}),
+		wopts: []pq.WriterOption{
+			pq.Compression(codec),
+			pq.KeyValueMetadata(schemas.MetadataKey, schemas.SchemaName),
+			pq.MaxRowsPerRowGroup(int64(cfg.RowGroupRows)),
+			// Min/max per page stay in the page index (ColumnIndex), which
+			// readers use; the legacy copy in every page header would cost
+			// another ~10% of the write CPU.
+			pq.DataPageStatistics(false),
+		},
+	}
+	for _, c := range highCardinality {
+		s.wopts = append(s.wopts, pq.SkipPageBounds(c))
+	}
+	if s.reg != nil {
+		for i, c := range s.m.collectors() {
+			if err := s.reg.Register(c); err != nil {
+				for _, r := range s.m.collectors()[:i] {
+					s.reg.Unregister(r)
+				}
+				return nil, fmt.Errorf("parquet sink: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Name implements pipeline.Sink.
+func (s *Sink) Name() string { return "parquet" }
+
+// Writer returns the writer name used in file names.
+func (s *Sink) Writer() string { return s.writer }
+
+// Close unregisters the metrics. Call it after Run has returned; it is
+// idempotent.
+func (s *Sink) Close() error {
+	s.once.Do(func() {
+		if s.reg != nil {
+			for _, c := range s.m.collectors() {
+				s.reg.Unregister(c)
+			}
+		}
+	})
+	return nil
+}
+
+// Run implements pipeline.Sink. It first removes temp files a previous run
+// of this writer left behind, then writes every batch from in into the
+// file of its records' partition (hour of time_end, UTC), and commits all
+// open files together when one reaches RollSize, when the oldest is
+// RollAge old, when a batch would open more than MaxOpenFiles, and when in
+// is closed. Only then are the batches held acked (nil).
+//
+// A failed write or commit removes every open file and acks every batch
+// held with a *CommitError naming the path and the fix; Run logs it, counts
+// it and keeps going, so later batches commit once the cause is fixed. It
+// never returns an error: the source redelivers what was failed.
+//
+// When ctx is cancelled (hard stop) Run removes the open files, acks what
+// it holds with an error, acks every batch still arriving with an error
+// until in is closed, and returns nil.
+func (s *Sink) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
+	s.log.Info("parquet sink starting", "root", s.root, "writer", s.writer, "roll_size", s.cfg.RollSize.String(),
+		"roll_age", s.cfg.RollAge.String(), "compression", s.cfg.Compression, "row_group_rows", s.cfg.RowGroupRows)
+	s.removeStale()
+	defer s.stopTimer()
+	for {
+		if ctx.Err() != nil { // a hard stop wins over work that is ready too
+			s.hardStop(ctx, in)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			s.hardStop(ctx, in)
+			return nil
+		case b, ok := <-in:
+			if !ok {
+				if ctx.Err() != nil {
+					s.hardStop(ctx, in)
+					return nil
+				}
+				s.roll("input closed")
+				return nil
+			}
+			s.write(b)
+		case <-s.timerC:
+			s.roll("age")
+		}
+	}
+}
+
+// hardStop discards the open files, fails every batch held and every batch
+// still arriving until in is closed.
+func (s *Sink) hardStop(ctx context.Context, in <-chan *pipeline.Batch) {
+	n := len(s.files)
+	err := fmt.Errorf("parquet sink %s: stopped before commit (%w); %d open files discarded; messages stay unacked and will be redelivered",
+		s.root, context.Cause(ctx), n)
+	batches, records := s.acks.Len()
+	s.abort()
+	s.acks.Ack(err)
+	s.log.Warn("hard stop: open files discarded, held batches failed", "files", n, "batches", batches, "records", records)
+	for b := range in {
+		b.Ack(err)
+	}
+}
+
+// hourOf returns the partition of a time_end in µs: hours since the epoch.
+func hourOf(us int64) int64 {
+	h := us / usPerHour
+	if us%usPerHour < 0 {
+		h--
+	}
+	return h
+}
+
+// partition returns the partition directory of an hour, relative to the
+// flows root: dt=YYYY-MM-DD/hour=HH.
+func partition(hour int64) string {
+	return time.UnixMicro(hour * usPerHour).UTC().Format("dt=2006-01-02/hour=15")
+}
+
+func (s *Sink) write(b *pipeline.Batch) {
+	recs := b.Records
+	if len(recs) == 0 {
+		b.Ack(nil) // nothing to make durable
+		return
+	}
+	s.hours = s.hours[:0]
+	last := int64(math.MinInt64)
+	for i := range recs {
+		if h := hourOf(recs[i].TimeEnd); h != last {
+			if !slices.Contains(s.hours, h) {
+				s.hours = append(s.hours, h)
+			}
+			last = h
+		}
+	}
+	opening := 0
+	for _, h := range s.hours {
+		if s.files[h] == nil {
+			opening++
+		}
+	}
+	if opening > 0 && len(s.files) > 0 && len(s.files)+opening > s.cfg.MaxOpenFiles {
+		s.roll("max open files")
+	}
+
+	s.acks.Add(b)
+	for i := 0; i < len(recs); {
+		h := hourOf(recs[i].TimeEnd)
+		j := i + 1
+		for j < len(recs) && hourOf(recs[j].TimeEnd) == h {
+			j++
+		}
+		f := s.files[h]
+		if f == nil {
+			var err error
+			if f, err = s.open(h); err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		if n := len(f.seqs); n == 0 || f.seqs[n-1] != b.Seq {
+			f.seqs = append(f.seqs, b.Seq)
+		}
+		if err := s.writeRows(f, recs[i:j]); err != nil {
+			s.fail(err)
+			return
+		}
+		i = j
+	}
+	for _, f := range s.files {
+		if f.estimate(s.bpr) >= int64(s.cfg.RollSize) {
+			s.roll("size")
+			return
+		}
+	}
+}
+
+// estimate is the size the file would have if committed now.
+func (f *file) estimate(bpr float64) int64 {
+	if f.flushedRows > 0 {
+		bpr = float64(f.out.n) / float64(f.flushedRows)
+	}
+	return f.out.n + int64(float64(f.rows-f.flushedRows)*bpr)
+}
+
+func (s *Sink) writeRows(f *file, rows []schemas.Flow) error {
+	limit := int64(s.cfg.RowGroupRows)
+	for len(rows) > 0 {
+		n := min(int64(len(rows)), limit-f.groupRows)
+		if _, err := f.w.Write(rows[:n]); err != nil {
+			return commitError("write", f.tmp, err)
+		}
+		f.rows += n
+		f.groupRows += n
+		rows = rows[n:]
+		if f.groupRows >= limit {
+			if err := f.w.Flush(); err != nil {
+				return commitError("write", f.tmp, err)
+			}
+			f.flushedRows, f.groupRows = f.rows, 0
+		}
+	}
+	return nil
+}
+
+func (s *Sink) open(hour int64) (*file, error) {
+	dir := filepath.Join(s.root, partition(hour))
+	if err := s.mkdir(dir); err != nil {
+		return nil, err
+	}
+	s.tmpSeq++
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s@%s-%d.parquet.tmp", s.writer, s.nonce, s.tmpSeq))
+	fd, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, commitError("create", tmp, err)
+	}
+	f := &file{hour: hour, dir: dir, tmp: tmp, f: fd}
+	f.out.f = fd
+	f.w = pq.NewGenericWriter[schemas.Flow](&f.out, s.wopts...)
+	if len(s.files) == 0 {
+		s.startTimer()
+	}
+	s.files[hour] = f
+	s.m.open.Set(float64(len(s.files)))
+	return f, nil
+}
+
+// mkdir creates dir and its missing parents, remembering the parents whose
+// entries must be fsynced at the next commit.
+func (s *Sink) mkdir(dir string) error {
+	st, err := os.Stat(dir)
+	if err == nil {
+		if !st.IsDir() {
+			return commitError("mkdir", dir, syscall.ENOTDIR)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := s.mkdir(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return commitError("mkdir", dir, err)
+	}
+	s.syncDirs[parent] = struct{}{}
+	return nil
+}
+
+func (s *Sink) startTimer() {
+	if s.timer == nil {
+		s.timer = time.NewTimer(s.cfg.RollAge.D())
+	} else {
+		s.timer.Reset(s.cfg.RollAge.D())
+	}
+	s.timerC = s.timer.C
+}
+
+func (s *Sink) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timerC = nil
+}
+
+// roll commits every open file, then acks every batch held.
+func (s *Sink) roll(reason string) {
+	s.stopTimer()
+	if len(s.files) == 0 {
+		return
+	}
+	files := make([]*file, 0, len(s.files))
+	for _, f := range s.files {
+		files = append(files, f)
+	}
+	slices.SortFunc(files, func(a, b *file) int { return cmp.Compare(a.hour, b.hour) })
+	start := time.Now()
+	if err := s.commit(files); err != nil {
+		s.fail(err)
+		return
+	}
+	took := time.Since(start)
+	var rows, bytes int64
+	for _, f := range files {
+		rows += f.rows
+		bytes += f.out.n
+	}
+	s.m.commitSeconds.Observe(took.Seconds())
+	s.m.files.Add(float64(len(files)))
+	s.m.rows.Add(float64(rows))
+	s.m.bytes.Add(float64(bytes))
+	if rows > 0 {
+		s.bpr = float64(bytes) / float64(rows)
+	}
+	clear(s.files)
+	s.m.open.Set(0)
+	batches, _ := s.acks.Len()
+	s.acks.Ack(nil)
+	s.log.Info("committed parquet files", "reason", reason, "files", len(files), "rows", rows, "bytes", bytes,
+		"batches", batches, "commit_seconds", took.Seconds())
+	if s.fails.failures > 0 {
+		s.log.Info("parquet commits recovered", "failed_attempts", s.fails.failures)
+		s.fails = failLog{}
+	}
+}
+
+// commit makes files durable under their final names: footer, fsync,
+// close; rename; fsync of the directories. On error the caller aborts.
+func (s *Sink) commit(files []*file) error {
+	for _, f := range files {
+		f.w.SetKeyValueMetadata(MetadataWriter, s.writer)
+		f.w.SetKeyValueMetadata(MetadataBatchSeqs, seqRanges(f.seqs))
+		if err := f.w.Close(); err != nil {
+			return commitError("write", f.tmp, err)
+		}
+		if err := f.f.Sync(); err != nil {
+			return commitError("fsync", f.tmp, err)
+		}
+		err := f.f.Close()
+		f.f = nil
+		if err != nil {
+			return commitError("close", f.tmp, err)
+		}
+	}
+	dirs := make(map[string]struct{}, len(files)+len(s.syncDirs))
+	for _, f := range files {
+		final, err := s.finalName(f)
+		if err != nil {
+			return err
+		}
+		if err := os.Rename(f.tmp, final); err != nil {
+			return commitError("rename", f.tmp, err)
+		}
+		f.final = final
+		dirs[f.dir] = struct{}{}
+	}
+	for d := range s.syncDirs {
+		dirs[d] = struct{}{}
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return commitError("fsync dir", d, err)
+		}
+	}
+	clear(s.syncDirs)
+	return nil
+}
+
+// finalName is <writer>-<first seq>-<last seq>.parquet, seqs zero-padded
+// to 20 digits so names sort. An existing file is never replaced: the
+// name gets a -N suffix instead (a redelivered batch range).
+func (s *Sink) finalName(f *file) (string, error) {
+	first, last := slices.Min(f.seqs), slices.Max(f.seqs)
+	base := fmt.Sprintf("%s-%020d-%020d", s.writer, first, last)
+	for n := 0; ; n++ {
+		name := base + ".parquet"
+		if n > 0 {
+			name = fmt.Sprintf("%s-%d.parquet", base, n)
+		}
+		p := filepath.Join(f.dir, name)
+		_, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			if n > 0 {
+				s.log.Warn("parquet file name taken (redelivered batches?); using a suffix", "taken", filepath.Join(f.dir, base+".parquet"), "file", p)
+			}
+			return p, nil
+		}
+		if err != nil {
+			return "", commitError("stat", p, err)
+		}
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// abort closes and removes every open file (temp or, after a partial
+// commit, final). It does not ack.
+func (s *Sink) abort() {
+	for _, f := range s.files {
+		if f.f != nil {
+			_ = f.f.Close()
+		}
+		p := f.tmp
+		if f.final != "" {
+			p = f.final
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Error("cannot remove an uncommitted parquet file; remove it by hand", "path", p, "err", err)
+		}
+	}
+	clear(s.files)
+	s.m.open.Set(0)
+	s.stopTimer()
+}
+
+// fail aborts every open file and acks every batch held with err.
+func (s *Sink) fail(err error) {
+	s.abort()
+	batches, records := s.acks.Len()
+	s.acks.Ack(err)
+	s.m.commitErrors.Inc()
+	s.fails.failures++
+	key := err.Error()
+	var ce *CommitError
+	if errors.As(err, &ce) {
+		key = ce.Op + filepath.Dir(ce.Path) + ce.Err.Error()
+	}
+	now := time.Now()
+	if key == s.fails.key && now.Sub(s.fails.at) < time.Minute {
+		s.fails.suppressed++
+		return
+	}
+	s.log.Error("parquet write failed; held batches failed for redelivery", "err", err, "batches", batches,
+		"records", records, "same_failures_not_logged", s.fails.suppressed)
+	s.fails.key, s.fails.at, s.fails.suppressed = key, now, 0
+}
+
+// removeStale removes the temp files of this writer left by a previous
+// run that did not finish (crash, kill -9). Other writers' temp files are
+// theirs: '@' cannot appear in a writer name, so the prefix is exact.
+func (s *Sink) removeStale() {
+	prefix := "." + s.writer + "@"
+	removed := 0
+	err := filepath.WalkDir(s.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p == s.root {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() && strings.HasPrefix(d.Name(), prefix) && strings.HasSuffix(d.Name(), ".tmp") {
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+			removed++
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("cleaning stale temp files", "root", s.root, "err", err)
+	}
+	if removed > 0 {
+		s.log.Info("removed stale temp files of an unfinished run", "root", s.root, "files", removed)
+	}
+}
+
+// seqRanges renders seqs as sorted, merged ranges: "1-3,7,9-10".
+func seqRanges(seqs []int64) string {
+	v := slices.Clone(seqs)
+	slices.Sort(v)
+	v = slices.Compact(v)
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(v[i], 10))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.FormatInt(v[j], 10))
+		}
+		i = j + 1
+	}
+	return b.String()
+}

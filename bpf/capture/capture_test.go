@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,8 +206,10 @@ func sendUDP(t *testing.T, from *nslab.VM, dst net.IP, port, n, payload int) uin
 }
 
 // listenUDP discards datagrams in vm's namespace.
-func listenUDP(t *testing.T, vm *nslab.VM, port int) {
+// listenUDP receives datagrams on port in vm and counts them.
+func listenUDP(t *testing.T, vm *nslab.VM, port int) *atomic.Int64 {
 	t.Helper()
+	got := new(atomic.Int64)
 	var pc net.PacketConn
 	if err := vm.Do(func() (err error) { pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port)); return }); err != nil {
 		t.Fatalf("listen udp: %v", err)
@@ -218,8 +221,10 @@ func listenUDP(t *testing.T, vm *nslab.VM, port int) {
 			if _, _, err := pc.ReadFrom(b); err != nil {
 				return
 			}
+			got.Add(1)
 		}
 	}()
+	return got
 }
 
 // tcpExchange: client in a sends up bytes to b, b answers down bytes, both
@@ -389,9 +394,11 @@ func TestInterfaceChurn(t *testing.T) {
 	waitFor(t, "1 attached tap", func() bool { return gauge(t, r.reg, "tapflow_capture_attached_interfaces") == 1 })
 	b := lab.AddVM(2, true)
 	waitFor(t, "the new tap attached", func() bool { return gauge(t, r.reg, "tapflow_capture_attached_interfaces") == 2 })
-	listenUDP(t, a, 9300)
+	got := listenUDP(t, a, 9300)
 	pb := sendUDP(t, b, a.IP, 9300, 50, 500)
-	time.Sleep(50 * time.Millisecond)
+	// Remove the tap only once every datagram crossed it (ARP resolution
+	// can hold the first ones back on a loaded machine).
+	waitFor(t, "50 datagrams delivered", func() bool { return got.Load() == 50 })
 	lab.RemoveVM(b)
 	waitFor(t, "the removed tap released", func() bool { return gauge(t, r.reg, "tapflow_capture_attached_interfaces") == 1 })
 	if err := r.stop(); err != nil {

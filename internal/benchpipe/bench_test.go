@@ -1,0 +1,213 @@
+package benchpipe
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
+	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/sinks/jsonl"
+	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/sinks/parquet"
+)
+
+const benchRecords = 500_000
+
+var quiet = slog.New(slog.DiscardHandler)
+
+var (
+	genOnce sync.Once
+	genRecs [][]schemas.Flow
+)
+
+// records generates benchRecords attributed synthetic records once, in
+// batches of 16384 (the default batch size).
+func records(b *testing.B) [][]schemas.Flow {
+	genOnce.Do(func() {
+		cfg := synthetic.DefaultConfig()
+		cfg.RecordsPerSecond, cfg.Attributed = 0, true
+		src, err := synthetic.New(cfg, synthetic.Options{Node: "bench", Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		out := make(chan *pipeline.Batch, 4)
+		go func() { _ = src.Run(ctx, out); close(out) }()
+		n := 0
+		for bt := range out {
+			if n < benchRecords {
+				genRecs = append(genRecs, bt.Records)
+				n += len(bt.Records)
+			} else {
+				cancel()
+			}
+			bt.Ack(nil)
+		}
+		cancel()
+	})
+	return genRecs
+}
+
+// replay is a source sending copies of pre-generated batches once.
+type replay struct{ batches [][]schemas.Flow }
+
+func (r *replay) Name() string { return "replay" }
+func (r *replay) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
+	for _, recs := range r.batches {
+		out <- pipeline.NewBatch(append([]schemas.Flow(nil), recs...), nil)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func report(b *testing.B, n int, wall, cpu time.Duration, diskBytes int64) {
+	recs := float64(n) * float64(b.N)
+	b.ReportMetric(recs/wall.Seconds(), "records/s")
+	b.ReportMetric(recs/cpu.Seconds(), "records/cpu-s")
+	b.ReportMetric(float64(diskBytes)/float64(n), "disk-B/record")
+	b.ReportMetric(0, "ns/op")
+}
+
+func count(batches [][]schemas.Flow) int {
+	n := 0
+	for _, b := range batches {
+		n += len(b)
+	}
+	return n
+}
+
+// BenchmarkPipelineParquet: records → Arrow IPC (zstd) → JetStream
+// (embedded, in-process) → durable consumer → Parquet (zstd), the path of
+// `tapflow run`, in one process.
+func BenchmarkPipelineParquet(b *testing.B) {
+	batches := records(b)
+	n := count(batches)
+	s := natsxtest.Run(b, "")
+	var wall, cpu time.Duration
+	var disk int64
+	for i := 0; b.Loop(); i++ {
+		out := b.TempDir()
+		pub, err := natspub.New(s.JS, natspub.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: natsx.DefaultConfig(), Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pcfg := parquet.DefaultConfig()
+		pcfg.Output = out
+		sink, err := parquet.New(pcfg, parquet.Options{Node: "bench", Logger: quiet, Registry: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		jcfg := jetstream.DefaultConfig()
+		jcfg.AckWait = units.Duration(10 * time.Minute)
+		src, err := jetstream.New(s.JS, jcfg, jetstream.Options{Drain: true, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent, _ := pipeline.NewRunner(pipeline.Config{Name: "agent"}, &replay{batches}, nil, pub, nil, quiet)
+		coll, _ := pipeline.NewRunner(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+
+		startWall, startCPU := time.Now(), cpuTime()
+		aCtx, aStop := context.WithCancel(context.Background())
+		cCtx, cStop := context.WithCancel(context.Background())
+		cDone := make(chan error, 1)
+		go func() { cDone <- coll.Run(cCtx) }()
+		go func() {
+			// the replay source returns after its context ends; stop it
+			// once every batch is acked by JetStream
+			for sentAll := false; !sentAll; {
+				time.Sleep(5 * time.Millisecond)
+				sentAll = pubDone(s, n)
+			}
+			aStop()
+		}()
+		if err := agent.Run(aCtx); err != nil {
+			b.Fatal(err)
+		}
+		cStop()
+		if err := <-cDone; err != nil {
+			b.Fatal(err)
+		}
+		wall += time.Since(startWall)
+		cpu += cpuTime() - startCPU
+		disk = dirSize(filepath.Join(out, "flows"))
+		// purge so every iteration starts from an empty stream
+		st, _ := s.JS.Stream(context.Background(), natsx.FlowsStream)
+		_ = st.Purge(context.Background())
+	}
+	report(b, n, wall, cpu, disk)
+}
+
+// pubDone reports whether the stream has received n records' worth of
+// messages (one message per 16384-record batch, rounded up per batch).
+func pubDone(s *natsxtest.Server, n int) bool {
+	st, err := s.JS.Stream(context.Background(), natsx.FlowsStream)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(context.Background())
+	return err == nil && info.State.Msgs >= uint64(len(genRecs)) && n > 0
+}
+
+// BenchmarkPipelineJSONLines is the naive baseline: the same records
+// written as JSON lines (encoding/json) to one file.
+func BenchmarkPipelineJSONLines(b *testing.B) {
+	batches := records(b)
+	n := count(batches)
+	var wall, cpu time.Duration
+	var disk int64
+	for b.Loop() {
+		path := filepath.Join(b.TempDir(), "flows.jsonl")
+		sink, err := jsonl.New(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		startWall, startCPU := time.Now(), cpuTime()
+		in := make(chan *pipeline.Batch, 16)
+		go func() {
+			for _, recs := range batches {
+				in <- pipeline.NewBatch(append([]schemas.Flow(nil), recs...), nil)
+			}
+			close(in)
+		}()
+		if err := sink.Run(context.Background(), in); err != nil {
+			b.Fatal(err)
+		}
+		wall += time.Since(startWall)
+		cpu += cpuTime() - startCPU
+		st, _ := os.Stat(path)
+		disk = st.Size()
+	}
+	report(b, n, wall, cpu, disk)
+}

@@ -162,7 +162,14 @@ func authFromEnv(getenv func(string) string) (gophercloud.AuthOptions, string, *
 			ao.Scope = &gophercloud.AuthScope{System: true}
 		}
 	}
-	if ao.Password != "" && ao.UserID == "" && ao.DomainID == "" && ao.DomainName == "" {
+	switch {
+	case ao.TokenID != "":
+		// a token names its user already; Keystone refuses a user with it
+		ao.Username, ao.UserID, ao.Password, ao.DomainID, ao.DomainName = "", "", "", "", ""
+		ao.ApplicationCredentialID, ao.ApplicationCredentialName, ao.ApplicationCredentialSecret = "", "", ""
+	case ao.ApplicationCredentialID != "":
+		ao.Username, ao.Password, ao.DomainID, ao.DomainName = "", "", "", ""
+	case ao.Password != "" && ao.UserID == "" && ao.DomainID == "" && ao.DomainName == "":
 		ao.DomainID = "default"
 	}
 	var tlsc *tls.Config
@@ -240,20 +247,22 @@ func (p *Provider) connect(ctx context.Context) (*clients, error) {
 	}
 	c := &clients{pc: pc}
 	if c.identity, err = gopenstack.NewIdentityV3(pc, p.creds.eo); err != nil {
-		return nil, p.catalogError("keystone", "identity", err)
+		return nil, p.catalogError("keystone", "identity", "Keystone", err)
 	}
+	// gophercloud probes each endpoint's version document: an unreachable
+	// endpoint fails here already.
 	if c.network, err = gopenstack.NewNetworkV2(pc, p.creds.eo); err != nil {
-		return nil, p.catalogError("networks", "network", err)
+		return nil, p.catalogError("networks", "network", "Neutron", err)
 	}
 	if c.compute, err = gopenstack.NewComputeV2(pc, p.creds.eo); err != nil {
 		if !isNotFound(err) {
-			return nil, p.catalogError("servers", "compute", err)
+			return nil, p.catalogError("servers", "compute", "Nova", err)
 		}
 		c.compute, c.absent = nil, append(c.absent, "compute")
 	}
 	if c.loadBalancer, err = gopenstack.NewLoadBalancerV2(pc, p.creds.eo); err != nil {
 		if !isNotFound(err) {
-			return nil, p.catalogError("loadbalancers", "load-balancer", err)
+			return nil, p.catalogError("loadbalancers", "load-balancer", "Octavia", err)
 		}
 		c.loadBalancer, c.absent = nil, append(c.absent, "load-balancer")
 	}
@@ -266,7 +275,10 @@ func isNotFound(err error) bool {
 	return errors.As(err, &nf) || errors.As(err, &nf2)
 }
 
-func (p *Provider) catalogError(endpoint, typ string, err error) error {
+func (p *Provider) catalogError(endpoint, typ, service string, err error) error {
+	if !isNotFound(err) {
+		return p.classify(endpoint, service, "", err)
+	}
 	region := p.creds.eo.Region
 	if region == "" {
 		region = "any region"

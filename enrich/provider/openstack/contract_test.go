@@ -142,6 +142,8 @@ func buildTopology(t *testing.T, b *testbed) *topo {
 	x.vm2 = port("vm2", x.web, x.webSub, x.p2, x.vm2MAC, "10.0.1.30", x.s2, map[string]any{"allowed_address_pairs": []map[string]string{
 		{"ip_address": "10.0.1.200/32"}, {"ip_address": "10.0.1.201", "mac_address": x.aapMAC}}})
 	x.vm3 = port("vm3", x.web, x.webSub, x.p1, x.vm3MAC, "10.0.1.11", x.s3, nil)
+	// the static route's next hop: a VM appliance of P1
+	port("appliance", x.app, x.appSub, x.p1, mac(4), "10.0.2.50", uuidish(), nil)
 	id("floatingip", map[string]any{"floating_network_id": x.publicNet, "project_id": x.p1, "port_id": x.vm1,
 		"floating_ip_address": "203.0.113.50"})
 	b.novaServers(t,
@@ -352,6 +354,13 @@ func TestContractSnapshot(t *testing.T) {
 	s.Attribute(&in, &res)
 	if res.Zone != snapshot.ZoneInfra {
 		t.Errorf("vm1 -> its gateway 10.0.2.1: zone %s, want infra", res.Zone)
+	}
+	// the static route 10.9.0.0/16 via P1's appliance: same_tenant for P1
+	in = snapshot.Input{Dir: snapshot.DirTX, VMMAC: mustMAC(t, x.vm3MAC), PeerMAC: mustMAC(t, rportOn(t, rports, x.webSub).MACAddress),
+		LocalIP: netip.MustParseAddr("10.0.1.11"), RemoteIP: netip.MustParseAddr("10.9.1.1"), NowUS: nowUS}
+	s.Attribute(&in, &res)
+	if res.Zone != snapshot.ZoneSameTenant {
+		t.Errorf("vm3 -> 10.9.1.1 (static route via P1's appliance): zone %s, want same_tenant", res.Zone)
 	}
 	if !slices.ContainsFunc(inv.Routers, func(r inventory.Router) bool {
 		return r.ID == x.router && len(r.Routes) == 1 && r.Routes[0].NextHop == "10.0.2.50" && r.GatewayNetworkID() == x.publicNet

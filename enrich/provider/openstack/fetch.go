@@ -110,15 +110,22 @@ func (p *Provider) classify(endpoint, service, u string, err error) *FetchError 
 		return fe
 	}
 	var ne net.Error
+	var ue *url.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		fe.Code = "timeout"
 		fe.Fix = fmt.Sprintf("%s did not answer within inventory.openstack.timeout (%s); check its health and load", service, p.cfg.Timeout)
 	case errors.Is(err, context.Canceled):
 		fe.Code = "canceled"
-	default:
+	case errors.As(err, &ue) || errors.As(err, &ne):
 		fe.Code = "network"
 		fe.Fix = fmt.Sprintf("cannot reach %s: check that it runs and that the %s endpoint (interface %s) is reachable from this host", service, service, p.ifaceName())
+	case endpoint == "keystone":
+		fe.Code = "config"
+		fe.Fix = "the credentials are incomplete or contradictory: check the clouds.yaml entry or OS_* variables"
+	default:
+		fe.Code = "other"
+		fe.Fix = fmt.Sprintf("unexpected failure talking to %s", service)
 	}
 	return fe
 }

@@ -2,7 +2,6 @@ package schemas
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -58,8 +57,9 @@ func ToArrow(recs []Flow) arrow.RecordBatch {
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
 // a batch with extra (newer) columns still decodes; a missing or mistyped
-// flow.v1 column, or a null, is an error.
-func FromArrow(rec arrow.RecordBatch, dst []Flow, in *Interner) ([]Flow, error) {
+// flow.v1 column, or a null, is an error. Decoded strings never point into
+// Arrow memory.
+func FromArrow(rec arrow.RecordBatch, dst []Flow) ([]Flow, error) {
 	sc := rec.Schema()
 	idx := make([]int, len(columns.FlowV1))
 	for i, c := range columns.FlowV1 {
@@ -78,10 +78,7 @@ func FromArrow(rec arrow.RecordBatch, dst []Flow, in *Interner) ([]Flow, error) 
 	n := int(rec.NumRows())
 	start := len(dst)
 	dst = growFlows(dst, n)
-	if in == nil {
-		in = NewInterner()
-	}
-	if err := decodeFlowColumns(cols, idx, dst[start:], &in.in); err != nil {
+	if err := decodeFlowColumns(cols, idx, dst[start:]); err != nil {
 		return dst[:start], err
 	}
 	return dst, nil
@@ -141,30 +138,13 @@ func timestampArray(v []int64) arrow.Array {
 	return array.MakeFromData(d)
 }
 
-// Interner deduplicates decoded strings: flow records repeat the same few
-// tenants, zones and MACs, so one copy each saves an allocation per field.
-// Not safe for concurrent use; it empties itself when it grows past a bound.
-type Interner struct{ in interner }
-
-// NewInterner returns an empty Interner.
-func NewInterner() *Interner { return &Interner{in: interner{m: make(map[string]string)}} }
-
-type interner struct{ m map[string]string }
-
-const maxInterned = 1 << 16
-
-// intern returns a heap copy of s (which may point into an Arrow buffer).
-func (in *interner) intern(s string) string {
-	if s == "" {
-		return ""
+// columnString copies the character data of a utf8 array into one Go
+// string (one allocation per column per batch) and returns it with the
+// value offsets; value i is data[offs[i]-offs[0] : offs[i+1]-offs[0]].
+func columnString(c *array.String) (string, []int32) {
+	offs := c.ValueOffsets()
+	if len(offs) == 0 {
+		return "", []int32{0}
 	}
-	if v, ok := in.m[s]; ok {
-		return v
-	}
-	if len(in.m) >= maxInterned {
-		clear(in.m)
-	}
-	v := strings.Clone(s)
-	in.m[v] = v
-	return v
+	return string(c.ValueBytes()), offs
 }

@@ -75,525 +75,312 @@ type Flow struct {
 }
 
 // encodeFlowColumns turns records into one Arrow array per column, in
-// column order. Fixed-width columns are filled as plain slices and wrapped
-// without copying; strings go into one offsets and one data buffer.
+// column order. One pass over the records fills every column (the structs
+// are large: a pass per column would stream them through the cache 30
+// times); fixed-width columns are plain slices wrapped without copying.
 func encodeFlowColumns(recs []Flow) []arrow.Array {
-	arrs := make([]arrow.Array, 0, 30)
-	{ // time_start
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].TimeStart
-		}
-		arrs = append(arrs, timestampArray(v))
+	n := len(recs)
+	c0 := make([]int64, n)
+	c1 := make([]int64, n)
+	var c2 stringColumn
+	c2.reset(n, 16)
+	var c3 stringColumn
+	c3.reset(n, 16)
+	var c4 stringColumn
+	c4.reset(n, 16)
+	var c5 stringColumn
+	c5.reset(n, 16)
+	var c6 stringColumn
+	c6.reset(n, 16)
+	c7 := make([]int32, n)
+	c8 := make([]int32, n)
+	c9 := make([]int32, n)
+	var c10 stringColumn
+	c10.reset(n, 16)
+	var c11 stringColumn
+	c11.reset(n, 16)
+	c12 := make([]int32, n)
+	c13 := make([]int32, n)
+	c14 := make([]int32, n)
+	c15 := make([]int64, n)
+	c16 := make([]int64, n)
+	var c17 stringColumn
+	c17.reset(n, 16)
+	var c18 stringColumn
+	c18.reset(n, 16)
+	var c19 stringColumn
+	c19.reset(n, 16)
+	var c20 stringColumn
+	c20.reset(n, 16)
+	var c21 stringColumn
+	c21.reset(n, 16)
+	var c22 stringColumn
+	c22.reset(n, 16)
+	var c23 stringColumn
+	c23.reset(n, 16)
+	var c24 stringColumn
+	c24.reset(n, 16)
+	c25 := make([]int32, n)
+	var c26 stringColumn
+	c26.reset(n, 16)
+	c27 := make([]int64, n)
+	c28 := make([]int32, n)
+	c29 := make([]int64, n)
+	for i := range recs {
+		r := &recs[i]
+		c0[i] = r.TimeStart
+		c1[i] = r.TimeEnd
+		c2.add(r.Node)
+		c3.add(r.Ifname)
+		c4.add(r.Direction)
+		c5.add(r.VMMAC)
+		c6.add(r.PeerMAC)
+		c7[i] = r.VLANID
+		c8[i] = r.IPVersion
+		c9[i] = r.Protocol
+		c10.add(r.SrcIP)
+		c11.add(r.DstIP)
+		c12[i] = r.SrcPort
+		c13[i] = r.DstPort
+		c14[i] = r.TCPFlags
+		c15[i] = r.Packets
+		c16[i] = r.Bytes
+		c17.add(r.EndReason)
+		c18.add(r.TenantID)
+		c19.add(r.ServerID)
+		c20.add(r.PortID)
+		c21.add(r.Zone)
+		c22.add(r.PeerTenantID)
+		c23.add(r.ExternalNetwork)
+		c24.add(r.LBID)
+		c25[i] = r.LBSegment
+		c26.add(r.AgentID)
+		c27[i] = r.BatchSeq
+		c28[i] = r.RecordIndex
+		c29[i] = r.MetadataVersion
 	}
-	{ // time_end
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].TimeEnd
-		}
-		arrs = append(arrs, timestampArray(v))
+	return []arrow.Array{
+		timestampArray(c0),
+		timestampArray(c1),
+		c2.array(),
+		c3.array(),
+		c4.array(),
+		c5.array(),
+		c6.array(),
+		int32Array(c7),
+		int32Array(c8),
+		int32Array(c9),
+		c10.array(),
+		c11.array(),
+		int32Array(c12),
+		int32Array(c13),
+		int32Array(c14),
+		int64Array(c15),
+		int64Array(c16),
+		c17.array(),
+		c18.array(),
+		c19.array(),
+		c20.array(),
+		c21.array(),
+		c22.array(),
+		c23.array(),
+		c24.array(),
+		int32Array(c25),
+		c26.array(),
+		int64Array(c27),
+		int32Array(c28),
+		int64Array(c29),
 	}
-	{ // node
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].Node)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // ifname
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].Ifname)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // direction
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].Direction)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // vm_mac
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].VMMAC)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // peer_mac
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].PeerMAC)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // vlan_id
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].VLANID
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // ip_version
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].IPVersion
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // protocol
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].Protocol
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // src_ip
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].SrcIP)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // dst_ip
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].DstIP)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // src_port
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].SrcPort
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // dst_port
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].DstPort
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // tcp_flags
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].TCPFlags
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // packets
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].Packets
-		}
-		arrs = append(arrs, int64Array(v))
-	}
-	{ // bytes
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].Bytes
-		}
-		arrs = append(arrs, int64Array(v))
-	}
-	{ // end_reason
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].EndReason)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // tenant_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].TenantID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // server_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].ServerID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // port_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].PortID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // zone
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].Zone)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // peer_tenant_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].PeerTenantID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // external_network
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].ExternalNetwork)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // lb_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].LBID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // lb_segment
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].LBSegment
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // agent_id
-		var s stringColumn
-		s.reset(len(recs), 16)
-		for i := range recs {
-			s.add(recs[i].AgentID)
-		}
-		arrs = append(arrs, s.array())
-	}
-	{ // batch_seq
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].BatchSeq
-		}
-		arrs = append(arrs, int64Array(v))
-	}
-	{ // record_index
-		v := make([]int32, len(recs))
-		for i := range recs {
-			v[i] = recs[i].RecordIndex
-		}
-		arrs = append(arrs, int32Array(v))
-	}
-	{ // metadata_version
-		v := make([]int64, len(recs))
-		for i := range recs {
-			v[i] = recs[i].MetadataVersion
-		}
-		arrs = append(arrs, int64Array(v))
-	}
-	return arrs
 }
 
 // decodeFlowColumns fills recs (len = rows) from the arrays of a record
 // batch; idx maps each column of the table to its position in the batch.
-func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow, in *interner) error {
-	{ // time_start
-		c, ok := cols[idx[0]].(*array.Timestamp)
-		if !ok {
-			return fmt.Errorf("column time_start: got %s, want timestamp[us]", cols[idx[0]].DataType())
-		}
-		v := c.TimestampValues()
-		for i := range recs {
-			recs[i].TimeStart = int64(v[i])
-		}
+// Each string column is copied once into one Go string and the fields are
+// slices of it: no allocation and no hashing per value. One pass over the
+// records sets every field.
+func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
+	a0, ok := cols[idx[0]].(*array.Timestamp)
+	if !ok {
+		return fmt.Errorf("column time_start: got %s, want timestamp[us]", cols[idx[0]].DataType())
 	}
-	{ // time_end
-		c, ok := cols[idx[1]].(*array.Timestamp)
-		if !ok {
-			return fmt.Errorf("column time_end: got %s, want timestamp[us]", cols[idx[1]].DataType())
-		}
-		v := c.TimestampValues()
-		for i := range recs {
-			recs[i].TimeEnd = int64(v[i])
-		}
+	v0 := a0.TimestampValues()
+	a1, ok := cols[idx[1]].(*array.Timestamp)
+	if !ok {
+		return fmt.Errorf("column time_end: got %s, want timestamp[us]", cols[idx[1]].DataType())
 	}
-	{ // node
-		c, ok := cols[idx[2]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column node: got %s, want utf8", cols[idx[2]].DataType())
-		}
-		for i := range recs {
-			recs[i].Node = in.intern(c.Value(i))
-		}
+	v1 := a1.TimestampValues()
+	a2, ok := cols[idx[2]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column node: got %s, want utf8", cols[idx[2]].DataType())
 	}
-	{ // ifname
-		c, ok := cols[idx[3]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column ifname: got %s, want utf8", cols[idx[3]].DataType())
-		}
-		for i := range recs {
-			recs[i].Ifname = in.intern(c.Value(i))
-		}
+	d2, o2 := columnString(a2)
+	a3, ok := cols[idx[3]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column ifname: got %s, want utf8", cols[idx[3]].DataType())
 	}
-	{ // direction
-		c, ok := cols[idx[4]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column direction: got %s, want utf8", cols[idx[4]].DataType())
-		}
-		for i := range recs {
-			recs[i].Direction = in.intern(c.Value(i))
-		}
+	d3, o3 := columnString(a3)
+	a4, ok := cols[idx[4]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column direction: got %s, want utf8", cols[idx[4]].DataType())
 	}
-	{ // vm_mac
-		c, ok := cols[idx[5]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column vm_mac: got %s, want utf8", cols[idx[5]].DataType())
-		}
-		for i := range recs {
-			recs[i].VMMAC = in.intern(c.Value(i))
-		}
+	d4, o4 := columnString(a4)
+	a5, ok := cols[idx[5]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column vm_mac: got %s, want utf8", cols[idx[5]].DataType())
 	}
-	{ // peer_mac
-		c, ok := cols[idx[6]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column peer_mac: got %s, want utf8", cols[idx[6]].DataType())
-		}
-		for i := range recs {
-			recs[i].PeerMAC = in.intern(c.Value(i))
-		}
+	d5, o5 := columnString(a5)
+	a6, ok := cols[idx[6]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column peer_mac: got %s, want utf8", cols[idx[6]].DataType())
 	}
-	{ // vlan_id
-		c, ok := cols[idx[7]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column vlan_id: got %s, want int32", cols[idx[7]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].VLANID = v[i]
-		}
+	d6, o6 := columnString(a6)
+	a7, ok := cols[idx[7]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column vlan_id: got %s, want int32", cols[idx[7]].DataType())
 	}
-	{ // ip_version
-		c, ok := cols[idx[8]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column ip_version: got %s, want int32", cols[idx[8]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].IPVersion = v[i]
-		}
+	v7 := a7.Int32Values()
+	a8, ok := cols[idx[8]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column ip_version: got %s, want int32", cols[idx[8]].DataType())
 	}
-	{ // protocol
-		c, ok := cols[idx[9]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column protocol: got %s, want int32", cols[idx[9]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].Protocol = v[i]
-		}
+	v8 := a8.Int32Values()
+	a9, ok := cols[idx[9]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column protocol: got %s, want int32", cols[idx[9]].DataType())
 	}
-	{ // src_ip
-		c, ok := cols[idx[10]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column src_ip: got %s, want utf8", cols[idx[10]].DataType())
-		}
-		for i := range recs {
-			recs[i].SrcIP = in.intern(c.Value(i))
-		}
+	v9 := a9.Int32Values()
+	a10, ok := cols[idx[10]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column src_ip: got %s, want utf8", cols[idx[10]].DataType())
 	}
-	{ // dst_ip
-		c, ok := cols[idx[11]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column dst_ip: got %s, want utf8", cols[idx[11]].DataType())
-		}
-		for i := range recs {
-			recs[i].DstIP = in.intern(c.Value(i))
-		}
+	d10, o10 := columnString(a10)
+	a11, ok := cols[idx[11]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column dst_ip: got %s, want utf8", cols[idx[11]].DataType())
 	}
-	{ // src_port
-		c, ok := cols[idx[12]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column src_port: got %s, want int32", cols[idx[12]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].SrcPort = v[i]
-		}
+	d11, o11 := columnString(a11)
+	a12, ok := cols[idx[12]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column src_port: got %s, want int32", cols[idx[12]].DataType())
 	}
-	{ // dst_port
-		c, ok := cols[idx[13]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column dst_port: got %s, want int32", cols[idx[13]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].DstPort = v[i]
-		}
+	v12 := a12.Int32Values()
+	a13, ok := cols[idx[13]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column dst_port: got %s, want int32", cols[idx[13]].DataType())
 	}
-	{ // tcp_flags
-		c, ok := cols[idx[14]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column tcp_flags: got %s, want int32", cols[idx[14]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].TCPFlags = v[i]
-		}
+	v13 := a13.Int32Values()
+	a14, ok := cols[idx[14]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column tcp_flags: got %s, want int32", cols[idx[14]].DataType())
 	}
-	{ // packets
-		c, ok := cols[idx[15]].(*array.Int64)
-		if !ok {
-			return fmt.Errorf("column packets: got %s, want int64", cols[idx[15]].DataType())
-		}
-		v := c.Int64Values()
-		for i := range recs {
-			recs[i].Packets = v[i]
-		}
+	v14 := a14.Int32Values()
+	a15, ok := cols[idx[15]].(*array.Int64)
+	if !ok {
+		return fmt.Errorf("column packets: got %s, want int64", cols[idx[15]].DataType())
 	}
-	{ // bytes
-		c, ok := cols[idx[16]].(*array.Int64)
-		if !ok {
-			return fmt.Errorf("column bytes: got %s, want int64", cols[idx[16]].DataType())
-		}
-		v := c.Int64Values()
-		for i := range recs {
-			recs[i].Bytes = v[i]
-		}
+	v15 := a15.Int64Values()
+	a16, ok := cols[idx[16]].(*array.Int64)
+	if !ok {
+		return fmt.Errorf("column bytes: got %s, want int64", cols[idx[16]].DataType())
 	}
-	{ // end_reason
-		c, ok := cols[idx[17]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column end_reason: got %s, want utf8", cols[idx[17]].DataType())
-		}
-		for i := range recs {
-			recs[i].EndReason = in.intern(c.Value(i))
-		}
+	v16 := a16.Int64Values()
+	a17, ok := cols[idx[17]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column end_reason: got %s, want utf8", cols[idx[17]].DataType())
 	}
-	{ // tenant_id
-		c, ok := cols[idx[18]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column tenant_id: got %s, want utf8", cols[idx[18]].DataType())
-		}
-		for i := range recs {
-			recs[i].TenantID = in.intern(c.Value(i))
-		}
+	d17, o17 := columnString(a17)
+	a18, ok := cols[idx[18]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column tenant_id: got %s, want utf8", cols[idx[18]].DataType())
 	}
-	{ // server_id
-		c, ok := cols[idx[19]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column server_id: got %s, want utf8", cols[idx[19]].DataType())
-		}
-		for i := range recs {
-			recs[i].ServerID = in.intern(c.Value(i))
-		}
+	d18, o18 := columnString(a18)
+	a19, ok := cols[idx[19]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column server_id: got %s, want utf8", cols[idx[19]].DataType())
 	}
-	{ // port_id
-		c, ok := cols[idx[20]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column port_id: got %s, want utf8", cols[idx[20]].DataType())
-		}
-		for i := range recs {
-			recs[i].PortID = in.intern(c.Value(i))
-		}
+	d19, o19 := columnString(a19)
+	a20, ok := cols[idx[20]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column port_id: got %s, want utf8", cols[idx[20]].DataType())
 	}
-	{ // zone
-		c, ok := cols[idx[21]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column zone: got %s, want utf8", cols[idx[21]].DataType())
-		}
-		for i := range recs {
-			recs[i].Zone = in.intern(c.Value(i))
-		}
+	d20, o20 := columnString(a20)
+	a21, ok := cols[idx[21]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column zone: got %s, want utf8", cols[idx[21]].DataType())
 	}
-	{ // peer_tenant_id
-		c, ok := cols[idx[22]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column peer_tenant_id: got %s, want utf8", cols[idx[22]].DataType())
-		}
-		for i := range recs {
-			recs[i].PeerTenantID = in.intern(c.Value(i))
-		}
+	d21, o21 := columnString(a21)
+	a22, ok := cols[idx[22]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column peer_tenant_id: got %s, want utf8", cols[idx[22]].DataType())
 	}
-	{ // external_network
-		c, ok := cols[idx[23]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column external_network: got %s, want utf8", cols[idx[23]].DataType())
-		}
-		for i := range recs {
-			recs[i].ExternalNetwork = in.intern(c.Value(i))
-		}
+	d22, o22 := columnString(a22)
+	a23, ok := cols[idx[23]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column external_network: got %s, want utf8", cols[idx[23]].DataType())
 	}
-	{ // lb_id
-		c, ok := cols[idx[24]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column lb_id: got %s, want utf8", cols[idx[24]].DataType())
-		}
-		for i := range recs {
-			recs[i].LBID = in.intern(c.Value(i))
-		}
+	d23, o23 := columnString(a23)
+	a24, ok := cols[idx[24]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column lb_id: got %s, want utf8", cols[idx[24]].DataType())
 	}
-	{ // lb_segment
-		c, ok := cols[idx[25]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column lb_segment: got %s, want int32", cols[idx[25]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].LBSegment = v[i]
-		}
+	d24, o24 := columnString(a24)
+	a25, ok := cols[idx[25]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column lb_segment: got %s, want int32", cols[idx[25]].DataType())
 	}
-	{ // agent_id
-		c, ok := cols[idx[26]].(*array.String)
-		if !ok {
-			return fmt.Errorf("column agent_id: got %s, want utf8", cols[idx[26]].DataType())
-		}
-		for i := range recs {
-			recs[i].AgentID = in.intern(c.Value(i))
-		}
+	v25 := a25.Int32Values()
+	a26, ok := cols[idx[26]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column agent_id: got %s, want utf8", cols[idx[26]].DataType())
 	}
-	{ // batch_seq
-		c, ok := cols[idx[27]].(*array.Int64)
-		if !ok {
-			return fmt.Errorf("column batch_seq: got %s, want int64", cols[idx[27]].DataType())
-		}
-		v := c.Int64Values()
-		for i := range recs {
-			recs[i].BatchSeq = v[i]
-		}
+	d26, o26 := columnString(a26)
+	a27, ok := cols[idx[27]].(*array.Int64)
+	if !ok {
+		return fmt.Errorf("column batch_seq: got %s, want int64", cols[idx[27]].DataType())
 	}
-	{ // record_index
-		c, ok := cols[idx[28]].(*array.Int32)
-		if !ok {
-			return fmt.Errorf("column record_index: got %s, want int32", cols[idx[28]].DataType())
-		}
-		v := c.Int32Values()
-		for i := range recs {
-			recs[i].RecordIndex = v[i]
-		}
+	v27 := a27.Int64Values()
+	a28, ok := cols[idx[28]].(*array.Int32)
+	if !ok {
+		return fmt.Errorf("column record_index: got %s, want int32", cols[idx[28]].DataType())
 	}
-	{ // metadata_version
-		c, ok := cols[idx[29]].(*array.Int64)
-		if !ok {
-			return fmt.Errorf("column metadata_version: got %s, want int64", cols[idx[29]].DataType())
-		}
-		v := c.Int64Values()
-		for i := range recs {
-			recs[i].MetadataVersion = v[i]
-		}
+	v28 := a28.Int32Values()
+	a29, ok := cols[idx[29]].(*array.Int64)
+	if !ok {
+		return fmt.Errorf("column metadata_version: got %s, want int64", cols[idx[29]].DataType())
+	}
+	v29 := a29.Int64Values()
+	for i := range recs {
+		r := &recs[i]
+		r.TimeStart = int64(v0[i])
+		r.TimeEnd = int64(v1[i])
+		r.Node = d2[o2[i]-o2[0] : o2[i+1]-o2[0]]
+		r.Ifname = d3[o3[i]-o3[0] : o3[i+1]-o3[0]]
+		r.Direction = d4[o4[i]-o4[0] : o4[i+1]-o4[0]]
+		r.VMMAC = d5[o5[i]-o5[0] : o5[i+1]-o5[0]]
+		r.PeerMAC = d6[o6[i]-o6[0] : o6[i+1]-o6[0]]
+		r.VLANID = v7[i]
+		r.IPVersion = v8[i]
+		r.Protocol = v9[i]
+		r.SrcIP = d10[o10[i]-o10[0] : o10[i+1]-o10[0]]
+		r.DstIP = d11[o11[i]-o11[0] : o11[i+1]-o11[0]]
+		r.SrcPort = v12[i]
+		r.DstPort = v13[i]
+		r.TCPFlags = v14[i]
+		r.Packets = v15[i]
+		r.Bytes = v16[i]
+		r.EndReason = d17[o17[i]-o17[0] : o17[i+1]-o17[0]]
+		r.TenantID = d18[o18[i]-o18[0] : o18[i+1]-o18[0]]
+		r.ServerID = d19[o19[i]-o19[0] : o19[i+1]-o19[0]]
+		r.PortID = d20[o20[i]-o20[0] : o20[i+1]-o20[0]]
+		r.Zone = d21[o21[i]-o21[0] : o21[i+1]-o21[0]]
+		r.PeerTenantID = d22[o22[i]-o22[0] : o22[i+1]-o22[0]]
+		r.ExternalNetwork = d23[o23[i]-o23[0] : o23[i+1]-o23[0]]
+		r.LBID = d24[o24[i]-o24[0] : o24[i+1]-o24[0]]
+		r.LBSegment = v25[i]
+		r.AgentID = d26[o26[i]-o26[0] : o26[i+1]-o26[0]]
+		r.BatchSeq = v27[i]
+		r.RecordIndex = v28[i]
+		r.MetadataVersion = v29[i]
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
@@ -39,6 +40,11 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			opts = append(opts, enrich.WithProvider(synthetic.NewStaticProvider(s.Inventory())))
 		}
 	case "ebpf":
+		// Say exactly which privilege or kernel feature is missing before
+		// anything else starts.
+		if err := bpf.CheckKernel(); err != nil {
+			return nil, fmt.Errorf("source ebpf: %w", err)
+		}
 		s, err := ebpfsrc.New(cfg.Capture, ebpfsrc.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
 		if err != nil {
 			return nil, fmt.Errorf("ebpf source: %w", err)

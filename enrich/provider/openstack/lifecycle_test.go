@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -495,4 +496,52 @@ func normalize(inv *inventory.Inventory) *inventory.Inventory {
 		panic(err)
 	}
 	return out
+}
+
+// TestContractRunRefresh: Run cold-starts, then a Refresh (SIGHUP, HTTP)
+// makes it reconcile at once: a network created meanwhile shows up through
+// Updates and Poll; Poll reports each inventory once.
+func TestContractRunRefresh(t *testing.T) {
+	b, x := needTopology(t)
+	cfg := noauthConfig(b)
+	cfg.Refresh = units.Duration(time.Hour)
+	p, reg, _ := newProvider(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-p.Ready():
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not cold-start")
+	}
+	if inv, changed, err := p.Poll(ctx); err != nil || !changed || inv == nil {
+		t.Fatalf("first Poll: %v %v", changed, err)
+	}
+	if _, changed, err := p.Poll(ctx); err != nil || changed {
+		t.Fatalf("second Poll without a pass: changed %v, err %v", changed, err)
+	}
+	var out struct{ Network struct{ ID string } }
+	api(t, "POST", b.env["NEUTRON_URL"]+"/v2.0/networks", nil, map[string]any{"network": map[string]any{"name": "late-" + x.sfx, "project_id": x.p2}}, 201, &out)
+	for len(p.Updates()) > 0 { // drop the cold start's signal
+		<-p.Updates()
+	}
+	p.Refresh()
+	select {
+	case <-p.Updates():
+	case <-time.After(time.Minute):
+		t.Fatal("no update after Refresh")
+	}
+	inv, changed, err := p.Poll(ctx)
+	if err != nil || !changed || !slices.ContainsFunc(inv.Networks, func(n inventory.Network) bool { return n.ID == out.Network.ID }) {
+		t.Fatalf("after Refresh: changed %v, err %v, new network present %v", changed, err, inv != nil)
+	}
+	if n := metricValue(t, reg, "tapflow_inventory_passes_total", "result", "ok"); n != 2 {
+		t.Errorf("ok passes %v, want 2 (cold start + refresh)", n)
+	}
 }

@@ -1,0 +1,50 @@
+package spool
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the spool's Prometheus series.
+type Metrics struct {
+	Bytes         prometheus.Gauge
+	Entries       prometheus.Gauge
+	Appended      prometheus.Counter
+	AppendedBytes prometheus.Counter
+	Replayed      prometheus.Counter
+	// Dropped counts batches lost because the spool could not take them,
+	// by reason: full, write_error, too_large, corrupt.
+	Dropped        *prometheus.CounterVec
+	DroppedRecords *prometheus.CounterVec
+	TornTails      prometheus.Counter
+	CorruptBytes   prometheus.Counter
+	WriteErrors    prometheus.Counter
+}
+
+func newMetrics() *Metrics {
+	return &Metrics{
+		Bytes:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_bytes", Help: "Bytes of spool segments on disk (bounded by agent.spool.max_bytes)."}),
+		Entries:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_entries", Help: "Batches in the spool waiting to be replayed."}),
+		Appended:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_appended_batches_total", Help: "Batches written to the spool because NATS was unreachable or slow."}),
+		AppendedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_appended_bytes_total", Help: "Bytes written to the spool."}),
+		Replayed:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_replayed_batches_total", Help: "Spooled batches published and acknowledged by JetStream."}),
+		Dropped:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_spool_dropped_batches_total", Help: "Batches lost at the spool, by reason (full, write_error, too_large, corrupt)."}, []string{"reason"}),
+		DroppedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_spool_dropped_records_total", Help: "Flow records lost at the spool, by reason."}, []string{"reason"}),
+		TornTails:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_torn_tails_total", Help: "Torn last writes truncated at start-up (an append cut by a crash)."}),
+		CorruptBytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_corrupt_bytes_total", Help: "Spool bytes skipped because they held no valid frame."}),
+		WriteErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_write_errors_total", Help: "Failed spool writes or fsyncs (e.g. disk full)."}),
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Bytes, m.Entries, m.Appended, m.AppendedBytes, m.Replayed, m.Dropped, m.DroppedRecords, m.TornTails, m.CorruptBytes, m.WriteErrors}
+}
+
+func (m *Metrics) register(r prometheus.Registerer) error {
+	for i, c := range m.collectors() {
+		if err := r.Register(c); err != nil {
+			for _, d := range m.collectors()[:i] {
+				r.Unregister(d)
+			}
+			return err
+		}
+	}
+	return nil
+}

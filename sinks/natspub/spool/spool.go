@@ -195,7 +195,9 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-func segPath(dir string, id int64) string { return filepath.Join(dir, fmt.Sprintf("%020d%s", id, segSuffix)) }
+func segPath(dir string, id int64) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d%s", id, segSuffix))
+}
 
 func listSegments(dir string) ([]segment, error) {
 	ents, err := os.ReadDir(dir)

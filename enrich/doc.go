@@ -4,7 +4,9 @@
 //
 // An Engine holds the current attribution snapshot (package
 // enrich/snapshot) behind an atomic pointer; readers never lock. Run polls
-// the inventory provider (package enrich/inventory; provider "file" today)
+// the inventory provider (provider "file": package enrich/inventory;
+// provider "openstack": package enrich/provider/openstack, whose own loop —
+// cold start, reconcile every inventory.refresh — Run runs alongside)
 // and swaps in a new snapshot when the inventory changes; an inventory that
 // does not load keeps the last good snapshot and is reported once. The
 // Engine is a pipeline.Transform: Apply attributes a batch in place.

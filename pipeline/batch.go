@@ -13,10 +13,14 @@ import (
 // downstream; otherwise the producer should retry or account for the loss.
 type AckFunc func(err error)
 
-// Batch is the unit that moves between stages.
-type Batch struct {
-	// Records are the flow records; stages may modify them in place.
-	Records []schemas.Flow
+// Batch is the unit that moves between the stages of a flow pipeline.
+type Batch = BatchOf[schemas.Flow]
+
+// BatchOf is the unit that moves between stages, for any record type
+// (schemas.Flow, schemas.Meter).
+type BatchOf[T any] struct {
+	// Records are the records; stages may modify them in place.
+	Records []T
 	// Seq identifies the batch to its producer: the agent batch sequence on
 	// the agent, the JetStream stream sequence in the collector.
 	Seq int64
@@ -27,13 +31,19 @@ type Batch struct {
 	acked atomic.Bool
 }
 
-// NewBatch returns a batch whose Ack calls ack (which may be nil).
+// NewBatch returns a flow batch whose Ack calls ack (which may be nil).
 func NewBatch(records []schemas.Flow, ack AckFunc) *Batch {
-	return &Batch{Records: records, Created: time.Now(), ack: ack}
+	return NewBatchOf(records, ack)
+}
+
+// NewBatchOf returns a batch of any record type whose Ack calls ack (which
+// may be nil).
+func NewBatchOf[T any](records []T, ack AckFunc) *BatchOf[T] {
+	return &BatchOf[T]{Records: records, Created: time.Now(), ack: ack}
 }
 
 // Ack ends the batch's life. It must be called exactly once.
-func (b *Batch) Ack(err error) {
+func (b *BatchOf[T]) Ack(err error) {
 	if !b.acked.CompareAndSwap(false, true) {
 		panic(fmt.Sprintf("pipeline: batch seq=%d acked twice", b.Seq))
 	}
@@ -43,11 +53,11 @@ func (b *Batch) Ack(err error) {
 }
 
 // Acked reports whether Ack has been called.
-func (b *Batch) Acked() bool { return b.acked.Load() }
+func (b *BatchOf[T]) Acked() bool { return b.acked.Load() }
 
 // wrapAck runs hook before the batch's own ack; the runner uses it to count
 // sink outcomes without the sink knowing.
-func (b *Batch) wrapAck(hook func(n int, err error)) {
+func (b *BatchOf[T]) wrapAck(hook func(n int, err error)) {
 	inner, n := b.ack, len(b.Records)
 	b.ack = func(err error) {
 		hook(n, err)
@@ -57,16 +67,19 @@ func (b *Batch) wrapAck(hook func(n int, err error)) {
 	}
 }
 
-// AckGroup joins the acks of several batches (e.g. the messages folded into
-// one Parquet file) and fires them together. The zero value is ready.
-type AckGroup struct {
+// AckGroup is an AckGroupOf flow batches.
+type AckGroup = AckGroupOf[schemas.Flow]
+
+// AckGroupOf joins the acks of several batches (e.g. the messages folded
+// into one Parquet file) and fires them together. The zero value is ready.
+type AckGroupOf[T any] struct {
 	mu      sync.Mutex
-	batches []*Batch
+	batches []*BatchOf[T]
 	records int
 }
 
 // Add takes ownership of b's ack.
-func (g *AckGroup) Add(b *Batch) {
+func (g *AckGroupOf[T]) Add(b *BatchOf[T]) {
 	g.mu.Lock()
 	g.batches = append(g.batches, b)
 	g.records += len(b.Records)
@@ -74,14 +87,14 @@ func (g *AckGroup) Add(b *Batch) {
 }
 
 // Len returns the number of batches and records held.
-func (g *AckGroup) Len() (batches, records int) {
+func (g *AckGroupOf[T]) Len() (batches, records int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.batches), g.records
 }
 
 // Ack acks every batch held with err and empties the group.
-func (g *AckGroup) Ack(err error) {
+func (g *AckGroupOf[T]) Ack(err error) {
 	g.mu.Lock()
 	bs := g.batches
 	g.batches, g.records = nil, 0

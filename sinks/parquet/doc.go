@@ -1,15 +1,20 @@
-// Package parquet is the collector's sink: it writes flow.v1 batches as
+// Package parquet is the collector's sink: it writes batches of records as
 // Parquet files that DuckDB, Spark or Trino can query, and acks each batch
 // only once the files holding its records are durable (DESIGN §4–§5).
 //
-// Layout: <output>/flows/dt=YYYY-MM-DD/hour=HH/<writer>-<first>-<last>.parquet,
+// [Sink] is generic over the record type; a [Schema] names the top
+// directory, the time_end accessor that picks the hour partition, the schema
+// name written as metadata and the columns without page bounds.
+// [FlowSchema] (flow.v1, "flows") is the one [New] uses; [NewFor] takes any.
+//
+// Layout: <output>/<dir>/dt=YYYY-MM-DD/hour=HH/<writer>-<first>-<last>.parquet,
 // partitioned by time_end (UTC). first and last are the lowest and highest
 // Batch.Seq (the JetStream stream sequence) of the batches in the file,
 // zero-padded to 20 digits so names sort. Files are written with parquet-go's
-// GenericWriter[schemas.Flow]: zstd (fastest level by default), dictionary
+// GenericWriter[T]: zstd (fastest level by default), dictionary
 // encoding on low-cardinality strings, delta encoding on times, INT64
 // TIMESTAMP(MICROS) times, row groups of Config.RowGroupRows rows, and
-// key-value metadata tapflow.schema=flow.v1, tapflow.writer and
+// key-value metadata tapflow.schema=<schema name>, tapflow.writer and
 // tapflow.batch_seqs.
 //
 // One file is open per partition. All open files roll together — when one
@@ -30,7 +35,8 @@
 // open file at the default 262144-row row groups.
 //
 // Metrics: tapflow_parquet_{files_committed_total, bytes_committed_total,
-// rows_committed_total, commit_errors_total, open_files, commit_seconds}.
+// rows_committed_total, commit_errors_total, open_files, commit_seconds},
+// labelled schema=<schema name>.
 //
 // Not yet: a crash between the renames of one roll leaves some of its files
 // committed while every batch is redelivered, so those records appear twice

@@ -50,7 +50,7 @@ func (h *logCounter) count(l slog.Level) int {
 }
 
 type env struct {
-	sink *Sink
+	sink *Sink[schemas.Flow]
 	reg  *prometheus.Registry
 	logs *logCounter
 }
@@ -133,7 +133,7 @@ type run struct {
 	done chan error
 }
 
-func start(ctx context.Context, s *Sink) *run {
+func start(ctx context.Context, s *Sink[schemas.Flow]) *run {
 	r := &run{in: make(chan *pipeline.Batch), done: make(chan error, 1)}
 	go func() { r.done <- s.Run(ctx, r.in) }()
 	return r

@@ -8,27 +8,29 @@ type metrics struct {
 	commitSeconds                    prometheus.Histogram
 }
 
-func newMetrics() *metrics {
+func newMetrics(schema string) *metrics {
+	l := prometheus.Labels{"schema": schema}
 	return &metrics{
 		files: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tapflow_parquet_files_committed_total", Help: "Parquet files committed (renamed into place and fsynced).",
+			Name: "tapflow_parquet_files_committed_total", ConstLabels: l, Help: "Parquet files committed (renamed into place and fsynced).",
 		}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tapflow_parquet_bytes_committed_total", Help: "Bytes of committed Parquet files.",
+			Name: "tapflow_parquet_bytes_committed_total", ConstLabels: l, Help: "Bytes of committed Parquet files.",
 		}),
 		rows: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tapflow_parquet_rows_committed_total", Help: "Rows in committed Parquet files.",
+			Name: "tapflow_parquet_rows_committed_total", ConstLabels: l, Help: "Rows in committed Parquet files.",
 		}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tapflow_parquet_commit_errors_total", Help: "Failed writes or commits; each failed every batch held and removed every open file.",
+			Name: "tapflow_parquet_commit_errors_total", ConstLabels: l, Help: "Failed writes or commits; each failed every batch held and removed every open file.",
 		}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tapflow_parquet_open_files", Help: "Parquet files being written (one per open partition).",
+			Name: "tapflow_parquet_open_files", ConstLabels: l, Help: "Parquet files being written (one per open partition).",
 		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tapflow_parquet_commit_seconds",
-			Help:    "Time to commit every open file of a roll: close, fsync, rename, fsync directories.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Name:        "tapflow_parquet_commit_seconds",
+			ConstLabels: l,
+			Help:        "Time to commit every open file of a roll: close, fsync, rename, fsync directories.",
+			Buckets:     []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 	}
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // Key-value metadata written into every file besides
-// schemas.MetadataKey=flow.v1.
+// schemas.MetadataKey=<Schema.Name> (flow.v1, meter.v1).
 const (
 	// MetadataWriter names the collector that wrote the file.
 	MetadataWriter = "tapflow.writer"
@@ -40,10 +40,42 @@ const initialBytesPerRow = 64
 
 const usPerHour = int64(time.Hour / time.Microsecond)
 
-// highCardinality are the string columns whose min/max bounds are not
-// written: records are not sorted by them, so bounds cannot prune, and
-// computing them costs ~10% of the write CPU.
-var highCardinality = []string{"ifname", "vm_mac", "peer_mac", "src_ip", "dst_ip", "server_id", "port_id"}
+// Schema describes one record type the sink writes: where its files go,
+// which column partitions them and how they are labelled.
+type Schema[T any] struct {
+	// Name is written as key-value metadata schemas.MetadataKey and labels
+	// the metrics (schema="flow.v1").
+	Name string
+	// Dir is the directory under Config.Output: "flows", "meters".
+	Dir string
+	// TimeEnd returns a record's time_end in µs since the epoch (UTC); its
+	// hour is the record's partition.
+	TimeEnd func(*T) int64
+	// SkipPageBounds are string columns whose min/max bounds are not
+	// written: records are not sorted by them, so bounds cannot prune, and
+	// computing them costs CPU (~10% of the write CPU for flow.v1).
+	SkipPageBounds []string
+}
+
+func (sc Schema[T]) validate() error {
+	switch {
+	case sc.Name == "":
+		return fmt.Errorf("schema has no name")
+	case sc.Dir == "" || sc.Dir != filepath.Base(sc.Dir) || sc.Dir == "." || sc.Dir == "..":
+		return fmt.Errorf("schema %s: directory %q is not one path element", sc.Name, sc.Dir)
+	case sc.TimeEnd == nil:
+		return fmt.Errorf("schema %s: no TimeEnd accessor", sc.Name)
+	}
+	return nil
+}
+
+// FlowSchema writes schemas.Flow (flow.v1) under <output>/flows.
+var FlowSchema = Schema[schemas.Flow]{
+	Name:           schemas.SchemaName,
+	Dir:            "flows",
+	TimeEnd:        func(f *schemas.Flow) int64 { return f.TimeEnd },
+	SkipPageBounds: []string{"ifname", "vm_mac", "peer_mac", "src_ip", "dst_ip", "server_id", "port_id"},
+}
 
 // Options are the collaborators of the sink.
 type Options struct {
@@ -55,13 +87,14 @@ type Options struct {
 	Registry *prometheus.Registry
 }
 
-// Sink writes flow.v1 batches into hourly partitions of Parquet files and
+// Sink writes batches of T into hourly partitions of Parquet files and
 // acks every batch once each file holding its records is committed.
-// It is a pipeline.Sink; Run is called once.
-type Sink struct {
+// Sink[schemas.Flow] is a pipeline.Sink; Run is called once.
+type Sink[T any] struct {
 	cfg    Config
+	schema Schema[T]
 	writer string
-	root   string // <output>/flows
+	root   string // <output>/<schema.Dir>
 	nonce  string // makes temp names unique across restarts
 	wopts  []pq.WriterOption
 	log    *slog.Logger
@@ -70,8 +103,8 @@ type Sink struct {
 	once   sync.Once
 
 	// Owned by Run's goroutine.
-	files    map[int64]*file // open files by hour (time_end µs / 1h)
-	acks     pipeline.AckGroup
+	files    map[int64]*file[T] // open files by hour (time_end µs / 1h)
+	acks     pipeline.AckGroupOf[T]
 	timer    *time.Timer
 	timerC   <-chan time.Time // nil while no file is open
 	bpr      float64          // measured bytes per row on disk
@@ -82,13 +115,13 @@ type Sink struct {
 }
 
 // file is one open partition file.
-type file struct {
+type file[T any] struct {
 	hour        int64
 	dir, tmp    string
 	final       string // set once renamed
 	f           *os.File
 	out         countingWriter
-	w           *pq.GenericWriter[schemas.Flow]
+	w           *pq.GenericWriter[T]
 	rows        int64 // rows written
 	flushedRows int64 // rows in row groups already written out
 	groupRows   int64 // rows in the current row group
@@ -113,9 +146,18 @@ type failLog struct {
 	failures   int
 }
 
-// New validates cfg and registers the metrics. It touches no file and
-// starts nothing: Run does.
-func New(cfg Config, opts Options) (*Sink, error) {
+// New returns the flow.v1 sink: NewFor(cfg, FlowSchema, opts).
+func New(cfg Config, opts Options) (*Sink[schemas.Flow], error) {
+	return NewFor(cfg, FlowSchema, opts)
+}
+
+// NewFor validates cfg and schema and registers the metrics (labelled
+// schema=<schema.Name>, so sinks of different schemas share a registry). It
+// touches no file and starts nothing: Run does.
+func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error) {
+	if err := schema.validate(); err != nil {
+		return nil, fmt.Errorf("parquet sink: %w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("parquet sink config: %w", err)
 	}
@@ -134,20 +176,21 @@ func New(cfg Config, opts Options) (*Sink, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Sink{
+	s := &Sink[T]{
 		cfg:      cfg,
+		schema:   schema,
 		writer:   writer,
-		root:     filepath.Join(cfg.Output, "flows"),
+		root:     filepath.Join(cfg.Output, schema.Dir),
 		nonce:    strconv.FormatInt(time.Now().UnixNano(), 36),
 		log:      log.With("component", "sinks/parquet"),
 		reg:      opts.Registry,
-		m:        newMetrics(),
-		files:    make(map[int64]*file),
+		m:        newMetrics(schema.Name),
+		files:    make(map[int64]*file[T]),
 		bpr:      initialBytesPerRow,
 		syncDirs: make(map[string]struct{}),
 		wopts: []pq.WriterOption{
 			pq.Compression(codec),
-			pq.KeyValueMetadata(schemas.MetadataKey, schemas.SchemaName),
+			pq.KeyValueMetadata(schemas.MetadataKey, schema.Name),
 			pq.MaxRowsPerRowGroup(int64(cfg.RowGroupRows)),
 			// Min/max per page stay in the page index (ColumnIndex), which
 			// readers use; the legacy copy in every page header would cost
@@ -155,7 +198,7 @@ func New(cfg Config, opts Options) (*Sink, error) {
 			pq.DataPageStatistics(false),
 		},
 	}
-	for _, c := range highCardinality {
+	for _, c := range schema.SkipPageBounds {
 		s.wopts = append(s.wopts, pq.SkipPageBounds(c))
 	}
 	if s.reg != nil {
@@ -172,14 +215,14 @@ func New(cfg Config, opts Options) (*Sink, error) {
 }
 
 // Name implements pipeline.Sink.
-func (s *Sink) Name() string { return "parquet" }
+func (s *Sink[T]) Name() string { return "parquet" }
 
 // Writer returns the writer name used in file names.
-func (s *Sink) Writer() string { return s.writer }
+func (s *Sink[T]) Writer() string { return s.writer }
 
 // Close unregisters the metrics. Call it after Run has returned; it is
 // idempotent.
-func (s *Sink) Close() error {
+func (s *Sink[T]) Close() error {
 	s.once.Do(func() {
 		if s.reg != nil {
 			for _, c := range s.m.collectors() {
@@ -205,8 +248,8 @@ func (s *Sink) Close() error {
 // When ctx is cancelled (hard stop) Run removes the open files, acks what
 // it holds with an error, acks every batch still arriving with an error
 // until in is closed, and returns nil.
-func (s *Sink) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
-	s.log.Info("parquet sink starting", "root", s.root, "writer", s.writer, "roll_size", s.cfg.RollSize.String(),
+func (s *Sink[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]) error {
+	s.log.Info("parquet sink starting", "schema", s.schema.Name, "root", s.root, "writer", s.writer, "roll_size", s.cfg.RollSize.String(),
 		"roll_age", s.cfg.RollAge.String(), "compression", s.cfg.Compression, "row_group_rows", s.cfg.RowGroupRows)
 	s.removeStale()
 	defer s.stopTimer()
@@ -237,7 +280,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 
 // hardStop discards the open files, fails every batch held and every batch
 // still arriving until in is closed.
-func (s *Sink) hardStop(ctx context.Context, in <-chan *pipeline.Batch) {
+func (s *Sink[T]) hardStop(ctx context.Context, in <-chan *pipeline.BatchOf[T]) {
 	n := len(s.files)
 	err := fmt.Errorf("parquet sink %s: stopped before commit (%w); %d open files discarded; messages stay unacked and will be redelivered",
 		s.root, context.Cause(ctx), n)
@@ -260,21 +303,22 @@ func hourOf(us int64) int64 {
 }
 
 // partition returns the partition directory of an hour, relative to the
-// flows root: dt=YYYY-MM-DD/hour=HH.
+// schema's root (flows, meters): dt=YYYY-MM-DD/hour=HH.
 func partition(hour int64) string {
 	return time.UnixMicro(hour * usPerHour).UTC().Format("dt=2006-01-02/hour=15")
 }
 
-func (s *Sink) write(b *pipeline.Batch) {
+func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 	recs := b.Records
 	if len(recs) == 0 {
 		b.Ack(nil) // nothing to make durable
 		return
 	}
+	timeEnd := s.schema.TimeEnd
 	s.hours = s.hours[:0]
 	last := int64(math.MinInt64)
 	for i := range recs {
-		if h := hourOf(recs[i].TimeEnd); h != last {
+		if h := hourOf(timeEnd(&recs[i])); h != last {
 			if !slices.Contains(s.hours, h) {
 				s.hours = append(s.hours, h)
 			}
@@ -293,9 +337,9 @@ func (s *Sink) write(b *pipeline.Batch) {
 
 	s.acks.Add(b)
 	for i := 0; i < len(recs); {
-		h := hourOf(recs[i].TimeEnd)
+		h := hourOf(timeEnd(&recs[i]))
 		j := i + 1
-		for j < len(recs) && hourOf(recs[j].TimeEnd) == h {
+		for j < len(recs) && hourOf(timeEnd(&recs[j])) == h {
 			j++
 		}
 		f := s.files[h]
@@ -324,14 +368,14 @@ func (s *Sink) write(b *pipeline.Batch) {
 }
 
 // estimate is the size the file would have if committed now.
-func (f *file) estimate(bpr float64) int64 {
+func (f *file[T]) estimate(bpr float64) int64 {
 	if f.flushedRows > 0 {
 		bpr = float64(f.out.n) / float64(f.flushedRows)
 	}
 	return f.out.n + int64(float64(f.rows-f.flushedRows)*bpr)
 }
 
-func (s *Sink) writeRows(f *file, rows []schemas.Flow) error {
+func (s *Sink[T]) writeRows(f *file[T], rows []T) error {
 	limit := int64(s.cfg.RowGroupRows)
 	for len(rows) > 0 {
 		n := min(int64(len(rows)), limit-f.groupRows)
@@ -351,7 +395,7 @@ func (s *Sink) writeRows(f *file, rows []schemas.Flow) error {
 	return nil
 }
 
-func (s *Sink) open(hour int64) (*file, error) {
+func (s *Sink[T]) open(hour int64) (*file[T], error) {
 	dir := filepath.Join(s.root, partition(hour))
 	if err := s.mkdir(dir); err != nil {
 		return nil, err
@@ -362,9 +406,9 @@ func (s *Sink) open(hour int64) (*file, error) {
 	if err != nil {
 		return nil, commitError("create", tmp, err)
 	}
-	f := &file{hour: hour, dir: dir, tmp: tmp, f: fd}
+	f := &file[T]{hour: hour, dir: dir, tmp: tmp, f: fd}
 	f.out.f = fd
-	f.w = pq.NewGenericWriter[schemas.Flow](&f.out, s.wopts...)
+	f.w = pq.NewGenericWriter[T](&f.out, s.wopts...)
 	if len(s.files) == 0 {
 		s.startTimer()
 	}
@@ -375,7 +419,7 @@ func (s *Sink) open(hour int64) (*file, error) {
 
 // mkdir creates dir and its missing parents, remembering the parents whose
 // entries must be fsynced at the next commit.
-func (s *Sink) mkdir(dir string) error {
+func (s *Sink[T]) mkdir(dir string) error {
 	st, err := os.Stat(dir)
 	if err == nil {
 		if !st.IsDir() {
@@ -396,7 +440,7 @@ func (s *Sink) mkdir(dir string) error {
 	return nil
 }
 
-func (s *Sink) startTimer() {
+func (s *Sink[T]) startTimer() {
 	if s.timer == nil {
 		s.timer = time.NewTimer(s.cfg.RollAge.D())
 	} else {
@@ -405,7 +449,7 @@ func (s *Sink) startTimer() {
 	s.timerC = s.timer.C
 }
 
-func (s *Sink) stopTimer() {
+func (s *Sink[T]) stopTimer() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -413,16 +457,16 @@ func (s *Sink) stopTimer() {
 }
 
 // roll commits every open file, then acks every batch held.
-func (s *Sink) roll(reason string) {
+func (s *Sink[T]) roll(reason string) {
 	s.stopTimer()
 	if len(s.files) == 0 {
 		return
 	}
-	files := make([]*file, 0, len(s.files))
+	files := make([]*file[T], 0, len(s.files))
 	for _, f := range s.files {
 		files = append(files, f)
 	}
-	slices.SortFunc(files, func(a, b *file) int { return cmp.Compare(a.hour, b.hour) })
+	slices.SortFunc(files, func(a, b *file[T]) int { return cmp.Compare(a.hour, b.hour) })
 	start := time.Now()
 	if err := s.commit(files); err != nil {
 		s.fail(err)
@@ -455,7 +499,7 @@ func (s *Sink) roll(reason string) {
 
 // commit makes files durable under their final names: footer, fsync,
 // close; rename; fsync of the directories. On error the caller aborts.
-func (s *Sink) commit(files []*file) error {
+func (s *Sink[T]) commit(files []*file[T]) error {
 	for _, f := range files {
 		f.w.SetKeyValueMetadata(MetadataWriter, s.writer)
 		f.w.SetKeyValueMetadata(MetadataBatchSeqs, seqRanges(f.seqs))
@@ -498,7 +542,7 @@ func (s *Sink) commit(files []*file) error {
 // finalName is <writer>-<first seq>-<last seq>.parquet, seqs zero-padded
 // to 20 digits so names sort. An existing file is never replaced: the
 // name gets a -N suffix instead (a redelivered batch range).
-func (s *Sink) finalName(f *file) (string, error) {
+func (s *Sink[T]) finalName(f *file[T]) (string, error) {
 	first, last := slices.Min(f.seqs), slices.Max(f.seqs)
 	base := fmt.Sprintf("%s-%020d-%020d", s.writer, first, last)
 	for n := 0; ; n++ {
@@ -534,7 +578,7 @@ func syncDir(dir string) error {
 
 // abort closes and removes every open file (temp or, after a partial
 // commit, final). It does not ack.
-func (s *Sink) abort() {
+func (s *Sink[T]) abort() {
 	for _, f := range s.files {
 		if f.f != nil {
 			_ = f.f.Close()
@@ -553,7 +597,7 @@ func (s *Sink) abort() {
 }
 
 // fail aborts every open file and acks every batch held with err.
-func (s *Sink) fail(err error) {
+func (s *Sink[T]) fail(err error) {
 	s.abort()
 	batches, records := s.acks.Len()
 	s.acks.Ack(err)
@@ -577,7 +621,7 @@ func (s *Sink) fail(err error) {
 // removeStale removes the temp files of this writer left by a previous
 // run that did not finish (crash, kill -9). Other writers' temp files are
 // theirs: '@' cannot appear in a writer name, so the prefix is exact.
-func (s *Sink) removeStale() {
+func (s *Sink[T]) removeStale() {
 	prefix := "." + s.writer + "@"
 	removed := 0
 	err := filepath.WalkDir(s.root, func(p string, d fs.DirEntry, err error) error {

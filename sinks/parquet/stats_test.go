@@ -28,7 +28,7 @@ func TestStatistics(t *testing.T) {
 	pf := openParquet(t, files[0])
 	for _, name := range []string{"time_end", "time_start", "tenant_id", "zone", "bytes", "ifname", "src_ip"} {
 		leaf, _ := pf.Schema().Lookup(name)
-		wantBounds := !slices.Contains(highCardinality, name)
+		wantBounds := !slices.Contains(FlowSchema.SkipPageBounds, name)
 		for i, rg := range pf.RowGroups() {
 			st := pf.Metadata().RowGroups[i].Columns[leaf.ColumnIndex].MetaData.Statistics
 			if has := len(st.MinValue) > 0 && len(st.MaxValue) > 0; has != wantBounds {

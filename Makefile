@@ -10,6 +10,11 @@ DEMO_SECONDS ?= 20
 TESTFLAGS ?=
 
 include bpf/bpf.mk
+include deploy/openstack-testbed/openstack.mk
+
+# As root (CI), `make test` also runs the OpenStack contract tests against
+# real Keystone/Neutron/Nova/Octavia servers (installed on first use).
+IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
 .PHONY: help build test test-short demo bench lint generate check-generate deps clean
@@ -23,9 +28,10 @@ build: ## Build bin/tapflow (static, no cgo).
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
 
-test: deps ## Run every test (-race). As root this includes the eBPF and network-namespace tests.
+test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	$(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./...
 	@$(MAKE) --no-print-directory check-generate
+	@$(if $(IS_ROOT),$(MAKE) --no-print-directory test-openstack,echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")
 
 test-short: ## Unit tests only (-short), no privileges needed.
 	$(GO) test -race -short $(TESTFLAGS) ./...

@@ -30,6 +30,7 @@ Commands:
   agent      capture (or synthesize) flows, attribute them, publish batches to NATS
   collector  consume batches from NATS and write hourly-partitioned Parquet
   report     print a tenant × zone × direction bytes table from Parquet files
+  inventory  inventory dump: print what the inventory provider sees, in the file format
   validate   check a config file and list every problem
   version    print the version
 
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(cmd, rest, stderr)
 	case "report":
 		return reportCmd(rest, stdout, stderr)
+	case "inventory":
+		return inventoryCmd(rest, stdout, stderr)
 	case "validate":
 		return validateCmd(rest, stdout, stderr)
 	case "version", "--version":
@@ -76,7 +79,8 @@ in one process, unless nats.url names an external server. SIGINT/SIGTERM stop
 it gracefully: the source stops, every batch in flight is published, the
 collector drains the stream, commits its Parquet files and acks them.`,
 	"agent": `Run the agent: source (synthetic or ebpf) → attribution → batches published to
-NATS JetStream (nats.url, or an embedded server when empty). SIGHUP is ignored;
+NATS JetStream (nats.url, or an embedded server when empty). SIGHUP (or
+POST /-/refresh on metrics.listen) reconciles the inventory now;
 SIGINT/SIGTERM publish what is in flight, then exit.`,
 	"collector": `Run the collector: durable JetStream consumer → Parquet files under
 <collector.output>/flows/dt=YYYY-MM-DD/hour=HH/. Messages are acked only after

@@ -14,6 +14,14 @@ func TestCLI(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("node: a\nsource: tape\ncollector:\n  roll_size: 12x\nnats:\n  ulr: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	inv := filepath.Join(dir, "inv.yaml")
+	if err := os.WriteFile(inv, []byte("ports:\n  - id: p1\n    mac_address: fa:16:3e:00:00:01\n    project_id: t1\n    network_id: n1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	invCfg := filepath.Join(dir, "inv-cfg.yaml")
+	if err := os.WriteFile(invCfg, []byte("node: a\ninventory:\n  file: "+inv+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name     string
 		args     []string
@@ -33,6 +41,8 @@ func TestCLI(t *testing.T) {
 		{"run with bad config exits 2", []string{"run", "--config", bad}, exitUsage, nil, []string{"invalid config", "collector.roll_size"}},
 		{"run help", []string{"run", "--help"}, exitOK, nil, []string{"-duration", "-nats-url", "drains the stream"}},
 		{"collector help", []string{"collector", "-h"}, exitOK, nil, []string{"acked only after"}},
+		{"inventory dump needs config", []string{"inventory", "dump"}, exitUsage, nil, []string{"--config FILE"}},
+		{"inventory dump of a file", []string{"inventory", "dump", "--config", invCfg}, exitOK, []string{"ports:"}, nil},
 		{"report needs data", []string{"report"}, exitUsage, nil, []string{"--data is required"}},
 		{"report on empty dir", []string{"report", "--data", dir}, exitRuntime, nil, []string{"flows"}},
 	}

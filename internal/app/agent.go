@@ -68,6 +68,8 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	refresh := eng.Refresh
+	rt.refresh.Store(&refresh)
 	return &agent{source: src, engine: eng, sink: pub, runner: runner, rt: rt}, nil
 }
 

@@ -8,7 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,6 +93,18 @@ type runtime struct {
 	nc  *nats.Conn
 	js  js.JetStream
 	pm  *pipeline.Metrics // one set for every pipeline of the process
+
+	// refresh asks the inventory provider for an immediate reconcile
+	// (SIGHUP, POST /-/refresh); set once an agent exists.
+	refresh atomic.Pointer[func()]
+}
+
+func (rt *runtime) requestRefresh() bool {
+	if f := rt.refresh.Load(); f != nil {
+		(*f)()
+		return true
+	}
+	return false
 }
 
 func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body func(context.Context, *runtime) error) error {
@@ -98,7 +116,19 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 	metricsCtx, stopMetrics := context.WithCancel(context.Background())
 	defer stopMetrics()
 	if cfg.Metrics.Listen != "" {
-		srv, err := obs.Listen(cfg.Metrics.Listen, rt.reg)
+		srv, err := obs.Listen(cfg.Metrics.Listen, rt.reg, map[string]http.Handler{
+			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPost {
+					http.Error(w, "use POST", http.StatusMethodNotAllowed)
+					return
+				}
+				if !rt.requestRefresh() {
+					http.Error(w, "no inventory in this process", http.StatusNotFound)
+					return
+				}
+				_, _ = io.WriteString(w, "inventory refresh requested\n")
+			}),
+		})
 		if err != nil {
 			return err
 		}
@@ -142,6 +172,16 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 	if err := natsx.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
 		return err
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() { signal.Stop(hup); close(hup) }()
+	go func() {
+		for range hup {
+			if rt.requestRefresh() {
+				log.Info("SIGHUP: inventory refresh requested")
+			}
+		}
+	}()
 	return body(ctx, rt)
 }
 

@@ -41,8 +41,9 @@ type Server struct {
 	srv *http.Server
 }
 
-// Listen binds addr (so a port clash fails at start, not later).
-func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
+// Listen binds addr (so a port clash fails at start, not later). Extra
+// handlers (e.g. POST /-/refresh) are mounted next to /metrics.
+func Listen(addr string, reg *prometheus.Registry, extra map[string]http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen %s: %w (set metrics.listen to a free address, or \"\" to disable)", addr, err)
@@ -50,6 +51,9 @@ func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
 

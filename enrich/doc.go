@@ -18,6 +18,6 @@
 // unknown, zone miss. Records are never dropped. Flush returns what is still
 // held, for shutdown.
 //
-// Rules: enrich/attribution.md (to become docs/attribution.md). Inventory
+// Rules: docs/attribution.md. Inventory
 // format: docs/inventory.md.
 package enrich

@@ -2,6 +2,11 @@
 // move from a [Source] through [Transform]s to a [Sink] over bounded
 // channels, supervised by a [Runner].
 //
+// Every type is generic over the record type ([BatchOf], [SourceOf],
+// [TransformOf], [SinkOf], [RunnerOf]); the unparameterised names are
+// aliases for flow records (schemas.Flow). The agent and the collector run
+// a second pipeline of meter records (schemas.Meter) next to the flow one.
+//
 // Contracts:
 //   - Every Batch carries an ack that is called exactly once by whoever ends
 //     the batch's life: the sink after its data is durable (nil), or any stage

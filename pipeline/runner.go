@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // Config shapes a Runner.
@@ -22,21 +24,30 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// Runner supervises one source → transforms → sink chain.
-type Runner struct {
+// Runner supervises a flow pipeline.
+type Runner = RunnerOf[schemas.Flow]
+
+// RunnerOf supervises one source → transforms → sink chain of batches of T.
+type RunnerOf[T any] struct {
 	cfg        Config
-	source     Source
-	transforms []Transform
-	sink       Sink
+	source     SourceOf[T]
+	transforms []TransformOf[T]
+	sink       SinkOf[T]
 	metrics    *Metrics
 	log        *slog.Logger
 
 	pendingMu sync.Mutex
-	pending   map[*Batch]struct{} // handed to the sink, not yet acked
+	pending   map[*BatchOf[T]]struct{} // handed to the sink, not yet acked
 }
 
-// NewRunner validates the chain; it starts nothing.
+// NewRunner validates a flow chain; it starts nothing.
 func NewRunner(cfg Config, src Source, transforms []Transform, sink Sink, m *Metrics, log *slog.Logger) (*Runner, error) {
+	return NewRunnerOf(cfg, src, transforms, sink, m, log)
+}
+
+// NewRunnerOf validates a chain of any record type; it starts nothing.
+// Pipelines of one process share m: their series differ by cfg.Name.
+func NewRunnerOf[T any](cfg Config, src SourceOf[T], transforms []TransformOf[T], sink SinkOf[T], m *Metrics, log *slog.Logger) (*RunnerOf[T], error) {
 	if src == nil || sink == nil {
 		return nil, errors.New("pipeline: a source and a sink are required")
 	}
@@ -55,13 +66,13 @@ func NewRunner(cfg Config, src Source, transforms []Transform, sink Sink, m *Met
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runner{cfg: cfg, source: src, transforms: transforms, sink: sink, metrics: m,
-		log: log.With("pipeline", cfg.Name), pending: make(map[*Batch]struct{})}, nil
+	return &RunnerOf[T]{cfg: cfg, source: src, transforms: transforms, sink: sink, metrics: m,
+		log: log.With("pipeline", cfg.Name), pending: make(map[*BatchOf[T]]struct{})}, nil
 }
 
 // Run runs every stage until ctx is cancelled and the chain has drained,
 // or until a stage fails. It returns the first stage error.
-func (r *Runner) Run(ctx context.Context) error {
+func (r *RunnerOf[T]) Run(ctx context.Context) error {
 	// hardCtx is cancelled on a stage failure or when the drain times out.
 	hardCtx, hardCancel := context.WithCancel(context.Background())
 	defer hardCancel()
@@ -85,7 +96,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 
 	name := r.cfg.Name
-	edge := make(chan *Batch, r.cfg.EdgeCapacity)
+	edge := make(chan *BatchOf[T], r.cfg.EdgeCapacity)
 	r.watchQueue(hardCtx, edge, r.firstConsumer())
 	src := r.source
 	first := edge
@@ -100,7 +111,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	in := edge
 	for i, t := range r.transforms {
-		out := make(chan *Batch, r.cfg.EdgeCapacity)
+		out := make(chan *BatchOf[T], r.cfg.EdgeCapacity)
 		next := r.sink.Name()
 		if i+1 < len(r.transforms) {
 			next = r.transforms[i+1].Name()
@@ -111,7 +122,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		in = out
 	}
 
-	sinkIn := make(chan *Batch, r.cfg.EdgeCapacity)
+	sinkIn := make(chan *BatchOf[T], r.cfg.EdgeCapacity)
 	last := in
 	g.Go(func() error { r.countSinkInput(gctx, last, sinkIn); return nil })
 	g.Go(func() error {
@@ -130,14 +141,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	return err
 }
 
-func (r *Runner) firstConsumer() string {
+func (r *RunnerOf[T]) firstConsumer() string {
 	if len(r.transforms) > 0 {
 		return r.transforms[0].Name()
 	}
 	return r.sink.Name()
 }
 
-func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch, out chan<- *Batch) error {
+func (r *RunnerOf[T]) runTransform(ctx context.Context, t TransformOf[T], in <-chan *BatchOf[T], out chan<- *BatchOf[T]) error {
 	defer close(out)
 	name := r.cfg.Name
 	for b := range in {
@@ -149,7 +160,7 @@ func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch
 			b.Ack(fmt.Errorf("transform %s: %w", t.Name(), err))
 			continue
 		}
-		if _, holds := t.(Holder); !holds && n > len(b.Records) {
+		if _, holds := t.(HolderOf[T]); !holds && n > len(b.Records) {
 			d := n - len(b.Records)
 			r.metrics.Discarded.WithLabelValues(name, t.Name(), "filtered").Add(float64(d))
 		}
@@ -165,11 +176,11 @@ func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch
 			return nil
 		}
 	}
-	if h, ok := t.(Holder); ok {
+	if h, ok := t.(HolderOf[T]); ok {
 		if held := h.Flush(); len(held) > 0 {
 			r.log.Info("flushing records held by a transform", "stage", t.Name(), "records", len(held))
 			r.metrics.Sent.WithLabelValues(name, t.Name()).Add(float64(len(held)))
-			out <- NewBatch(held, nil)
+			out <- NewBatchOf(held, nil)
 		}
 	}
 	return nil
@@ -177,7 +188,7 @@ func (r *Runner) runTransform(ctx context.Context, t Transform, in <-chan *Batch
 
 // countSinkInput forwards batches to the sink, counting what it receives
 // and hooking each ack to count what it made durable.
-func (r *Runner) countSinkInput(ctx context.Context, in <-chan *Batch, out chan<- *Batch) {
+func (r *RunnerOf[T]) countSinkInput(ctx context.Context, in <-chan *BatchOf[T], out chan<- *BatchOf[T]) {
 	defer close(out)
 	name, stage := r.cfg.Name, r.sink.Name()
 	recv := r.metrics.Received.WithLabelValues(name, stage)
@@ -212,7 +223,7 @@ func (r *Runner) countSinkInput(ctx context.Context, in <-chan *Batch, out chan<
 	}
 }
 
-func (r *Runner) watchQueue(ctx context.Context, ch chan *Batch, stage string) {
+func (r *RunnerOf[T]) watchQueue(ctx context.Context, ch chan *BatchOf[T], stage string) {
 	g := r.metrics.Queue.WithLabelValues(r.cfg.Name, stage)
 	go func() {
 		t := time.NewTicker(time.Second)
@@ -228,7 +239,7 @@ func (r *Runner) watchQueue(ctx context.Context, ch chan *Batch, stage string) {
 	}()
 }
 
-func (r *Runner) watchOldest(ctx context.Context) {
+func (r *RunnerOf[T]) watchOldest(ctx context.Context) {
 	g := r.metrics.Oldest.WithLabelValues(r.cfg.Name, r.sink.Name())
 	t := time.NewTicker(time.Second)
 	defer t.Stop()

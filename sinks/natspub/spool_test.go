@@ -1,0 +1,250 @@
+package natspub_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tapflow/tapflow/internal/chaos"
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/sinks/natspub/spool"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type agent struct {
+	pub   *natspub.Publisher
+	sp    *spool.Spool
+	in    chan *pipeline.Batch
+	done  chan error
+	acked atomic.Int64
+	lost  atomic.Int64
+	wg    sync.WaitGroup
+}
+
+// startAgent runs a publisher with a spool in stateDir, connected to url
+// over TCP (through whatever sits at url).
+func startAgent(t *testing.T, url, stateDir string, maxBytes units.ByteSize) *agent {
+	t.Helper()
+	cfg := natsx.DefaultConfig()
+	cfg.URL = url
+	cfg.PublishTimeout = units.Duration(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := natsx.Connect(ctx, cfg, "agent", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	scfg := spool.DefaultConfig()
+	scfg.Dir, scfg.MaxBytes, scfg.SegmentBytes = stateDir+"/spool", maxBytes, 256<<10
+	sp, err := spool.New(scfg, spool.Options{Logger: quiet, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := natspub.New(js, natspub.Options{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: cfg, Logger: quiet, Spool: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{pub: pub, sp: sp, in: make(chan *pipeline.Batch, 4), done: make(chan error, 1)}
+	go func() { a.done <- pub.Run(context.Background(), a.in) }()
+	return a
+}
+
+// send feeds n batches of size records, one every gap; record Bytes carry
+// a running number so the test can find every record later.
+func (a *agent) send(n, size int, gap time.Duration, first int64) {
+	for i := range n {
+		recs := make([]schemas.Flow, size)
+		for j := range recs {
+			recs[j] = schemas.Flow{Bytes: first + int64(i*size+j), Packets: 1, TenantID: "t1", Direction: "tx", SrcIP: strings.Repeat("x", 64)}
+		}
+		a.wg.Add(1)
+		a.in <- pipeline.NewBatch(recs, func(err error) {
+			defer a.wg.Done()
+			if err != nil {
+				a.lost.Add(int64(size))
+			} else {
+				a.acked.Add(int64(size))
+			}
+		})
+		time.Sleep(gap)
+	}
+}
+
+func (a *agent) stop(t *testing.T) {
+	t.Helper()
+	close(a.in)
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("publisher did not stop")
+	}
+	a.wg.Wait()
+}
+
+type streamMsg struct {
+	seq     int64 // batch_seq from Nats-Msg-Id
+	records []schemas.Flow
+}
+
+// readStream returns every message of TAPFLOW_FLOWS in stream order.
+func readStream(t *testing.T, s *natsxtest.Server) []streamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := s.JS.Stream(ctx, natsx.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := schemas.NewDecoder()
+	var out []streamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", seq, err)
+		}
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		bs, err := strconv.ParseInt(id[strings.LastIndexByte(id, '-')+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("msg id %q: %v", id, err)
+		}
+		recs, err := dec.Decode(nil, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, streamMsg{seq: bs, records: recs})
+	}
+	return out
+}
+
+// checkStream asserts batch_seqs strictly increase in stream order (replay
+// kept the order, no duplicate) and returns the record numbers seen.
+func checkStream(t *testing.T, msgs []streamMsg) map[int64]bool {
+	t.Helper()
+	seen := map[int64]bool{}
+	for i, m := range msgs {
+		if i > 0 && m.seq <= msgs[i-1].seq {
+			t.Fatalf("stream position %d: batch_seq %d after %d: out of order or duplicate", i, m.seq, msgs[i-1].seq)
+		}
+		for _, r := range m.records {
+			if seen[r.Bytes] {
+				t.Fatalf("record %d twice in the stream", r.Bytes)
+			}
+			seen[r.Bytes] = true
+		}
+	}
+	return seen
+}
+
+func TestSpool(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string)
+	}{
+		{"network cut: spool, then replay in order", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+			a := startAgent(t, "nats://"+px.Addr(), dir, 1<<30)
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				px.Cut()
+				time.Sleep(2 * time.Second)
+				px.Restore()
+			}()
+			a.send(120, 500, 25*time.Millisecond, 0) // ~3 s, the cut in the middle
+			a.stop(t)
+			m := a.sp.Metrics()
+			if testutil.ToFloat64(m.Appended) == 0 {
+				t.Fatal("nothing was spooled during the cut")
+			}
+			if a.lost.Load() != 0 {
+				t.Fatalf("%d records lost", a.lost.Load())
+			}
+			seen := checkStream(t, readStream(t, s))
+			if len(seen) != 120*500 {
+				t.Fatalf("stream holds %d records, want %d", len(seen), 120*500)
+			}
+			if testutil.ToFloat64(m.Replayed) != testutil.ToFloat64(m.Appended) {
+				t.Fatalf("replayed %v of %v spooled", testutil.ToFloat64(m.Replayed), testutil.ToFloat64(m.Appended))
+			}
+		}},
+		{"agent restarts while cut: spool survives, old batches first", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+			a := startAgent(t, "nats://"+px.Addr(), dir, 1<<30)
+			a.send(10, 200, 0, 0)
+			px.Cut()
+			a.send(30, 200, 10*time.Millisecond, 10*200)
+			a.stop(t) // stops with entries in the spool
+			if n, _ := a.sp.Pending(); n == 0 {
+				t.Fatal("spool empty although NATS was cut")
+			}
+			px.Restore()
+			b := startAgent(t, "nats://"+px.Addr(), dir, 1<<30)
+			b.send(10, 200, 10*time.Millisecond, 40*200)
+			b.stop(t)
+			if n, _ := b.sp.Pending(); n != 0 {
+				t.Fatalf("%d batches still spooled", n)
+			}
+			seen := checkStream(t, readStream(t, s))
+			if len(seen) != 50*200 {
+				t.Fatalf("stream holds %d records, want %d", len(seen), 50*200)
+			}
+		}},
+		{"full spool: counted loss, no block", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+			px.Cut()
+			a := startAgentCut(t, px, dir)
+			start := time.Now()
+			a.send(60, 2000, 0, 0)
+			if d := time.Since(start); d > 20*time.Second {
+				t.Fatalf("sending 60 batches into a full spool took %s", d)
+			}
+			a.stop(t)
+			m := a.sp.Metrics()
+			lost := testutil.ToFloat64(m.DroppedRecords.WithLabelValues("full"))
+			if lost == 0 || int64(lost) != a.lost.Load() {
+				t.Fatalf("dropped metric %v, acked with error %d", lost, a.lost.Load())
+			}
+			if a.acked.Load() == 0 {
+				t.Fatal("nothing fit in the spool")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := natsxtest.Run(t, "")
+			px, err := chaos.NewProxy(strings.TrimPrefix(s.ClientURL(), "nats://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = px.Close() })
+			tc.run(t, s, px, t.TempDir())
+		})
+	}
+}
+
+// startAgentCut connects while the proxy still passes traffic, then the
+// caller's cut applies: natsx.Connect needs one successful dial.
+func startAgentCut(t *testing.T, px *chaos.Proxy, dir string) *agent {
+	px.Restore()
+	a := startAgent(t, "nats://"+px.Addr(), dir, 1<<20)
+	px.Cut()
+	return a
+}

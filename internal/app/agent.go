@@ -11,6 +11,7 @@ import (
 	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/sinks/natspub/spool"
 )
 
 // agent is source → enrich → publish, plus the inventory reload loop.
@@ -55,9 +56,15 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enrich: %w", err)
 	}
+	var sp *spool.Spool
+	if cfg.Agent.Spool.Enabled() {
+		if sp, err = spool.New(cfg.Agent.Spool, spool.Options{Logger: log, Registry: rt.reg}); err != nil {
+			return nil, err
+		}
+	}
 	pub, err := natspub.New(rt.js, natspub.Options{
 		AgentID: cfg.Agent.ID, Node: cfg.Node, StateDir: cfg.AgentStateDir(),
-		NATS: cfg.NATS, Logger: log, Registry: rt.reg,
+		NATS: cfg.NATS, Logger: log, Registry: rt.reg, Spool: sp,
 	})
 	if err != nil {
 		return nil, err

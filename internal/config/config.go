@@ -15,6 +15,7 @@ import (
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/sinks/natspub/spool"
 	"github.com/tapflow/tapflow/sinks/parquet"
 )
 
@@ -65,6 +66,8 @@ type AgentConfig struct {
 	EdgeCapacity int `yaml:"edge_capacity"`
 	// ShutdownTimeout bounds the graceful drain on SIGINT/SIGTERM (default 30s).
 	ShutdownTimeout units.Duration `yaml:"shutdown_timeout"`
+	// Spool keeps batches on disk while NATS is unreachable or slow.
+	Spool spool.Config `yaml:"spool"`
 }
 
 // CollectorConfig is the `collector:` section: the Parquet writer and its
@@ -102,7 +105,7 @@ func Default() Config {
 		Attribution: AttributionConfig{
 			GhostGrace: e.GhostGrace, LateBinding: e.LateBinding, MaxRouteHops: e.MaxRouteHops,
 		},
-		Agent:     AgentConfig{EdgeCapacity: 16, ShutdownTimeout: units.Duration(30 * time.Second)},
+		Agent:     AgentConfig{EdgeCapacity: 16, ShutdownTimeout: units.Duration(30 * time.Second), Spool: spool.DefaultConfig()},
 		NATS:      natsx.DefaultConfig(),
 		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: jetstream.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},

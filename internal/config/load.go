@@ -59,6 +59,9 @@ func (c *Config) Resolve() {
 	if c.Agent.ID == "" {
 		c.Agent.ID = c.Node
 	}
+	if c.Agent.Spool.Dir == "" && c.Agent.Spool.Enabled() {
+		c.Agent.Spool.Dir = filepath.Join(c.AgentStateDir(), "spool")
+	}
 	if c.Collector.Parquet.Output == "" {
 		c.Collector.Parquet.Output = c.DataDir
 	}
@@ -113,6 +116,7 @@ func (c Config) Validate() error {
 	if c.Agent.ShutdownTimeout.D() < time.Second {
 		e.Add("agent.shutdown_timeout", c.Agent.ShutdownTimeout.String()+": too short", "use e.g. 30s")
 	}
+	e.Merge("agent.spool", c.Agent.Spool.Validate())
 	e.Merge("nats", c.NATS.Validate())
 	e.Merge("collector", c.Collector.Parquet.Validate())
 	e.Merge("collector", c.Collector.Consumer.Validate(c.Collector.Parquet.RollAge.D()))

@@ -7,6 +7,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/tapflow/tapflow/schemas/columns"
 )
@@ -15,25 +16,90 @@ import (
 // Parquet file key-value metadata.
 const MetadataKey = "tapflow.schema"
 
-var (
-	arrowOnce   sync.Once
-	arrowSchema *arrow.Schema
-)
+// Table binds a record type to its column table (package columns) and its
+// generated column codecs: the Arrow schema, Arrow conversion and the
+// Parquet schema of one record type. FlowTable and MeterTable are the
+// tables; their methods are safe for concurrent use.
+type Table[T any] struct {
+	name   string
+	cols   []columns.Column
+	encode func([]T) []arrow.Array
+	decode func([]arrow.Array, []int, []T) error
 
-// ArrowSchema returns the Arrow schema of flow.v1, derived from the column
-// table. Strings are plain utf8 (the wire codec compresses repeats; the
-// Parquet writer dictionary-encodes), timestamps are µs UTC, counters int64.
-func ArrowSchema() *arrow.Schema {
-	arrowOnce.Do(func() {
-		fields := make([]arrow.Field, len(columns.FlowV1))
-		for i, c := range columns.FlowV1 {
+	once   sync.Once
+	schema *arrow.Schema
+}
+
+// FlowTable is flow.v1.
+var FlowTable = &Table[Flow]{name: columns.SchemaName, cols: columns.FlowV1, encode: encodeFlowColumns, decode: decodeFlowColumns}
+
+// MeterTable is meter.v1.
+var MeterTable = &Table[Meter]{name: columns.MeterSchemaName, cols: columns.MeterV1, encode: encodeMeterColumns, decode: decodeMeterColumns}
+
+// Name is the schema name (flow.v1): the value of MetadataKey.
+func (t *Table[T]) Name() string { return t.name }
+
+// Columns is the column table.
+func (t *Table[T]) Columns() []columns.Column { return t.cols }
+
+// ArrowSchema returns the Arrow schema derived from the column table.
+// Strings are plain utf8 (the wire codec compresses repeats; the Parquet
+// writer dictionary-encodes), timestamps are µs UTC, counters int64.
+func (t *Table[T]) ArrowSchema() *arrow.Schema {
+	t.once.Do(func() {
+		fields := make([]arrow.Field, len(t.cols))
+		for i, c := range t.cols {
 			fields[i] = arrow.Field{Name: c.Name, Type: arrowType(c.Kind)}
 		}
-		md := arrow.NewMetadata([]string{MetadataKey}, []string{columns.SchemaName})
-		arrowSchema = arrow.NewSchema(fields, &md)
+		md := arrow.NewMetadata([]string{MetadataKey}, []string{t.name})
+		t.schema = arrow.NewSchema(fields, &md)
 	})
-	return arrowSchema
+	return t.schema
 }
+
+// ParquetSchema returns the Parquet schema, derived from the generated
+// struct tags (and so from the column table).
+func (t *Table[T]) ParquetSchema() *parquet.Schema {
+	var zero T
+	return parquet.SchemaOf(zero)
+}
+
+// ToArrow converts records to an Arrow record batch. The caller releases it.
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch {
+	return array.NewRecordBatch(t.ArrowSchema(), t.encode(recs), int64(len(recs)))
+}
+
+// FromArrow appends the rows of rec to dst. Columns are matched by name, so
+// a batch with extra (newer) columns still decodes; a missing or mistyped
+// column, or a null, is an error. Decoded strings never point into Arrow
+// memory.
+func (t *Table[T]) FromArrow(rec arrow.RecordBatch, dst []T) ([]T, error) {
+	sc := rec.Schema()
+	idx := make([]int, len(t.cols))
+	for i, c := range t.cols {
+		pos := sc.FieldIndices(c.Name)
+		if len(pos) != 1 {
+			return dst, fmt.Errorf("column %s: missing from batch (schema has %d fields)", c.Name, sc.NumFields())
+		}
+		idx[i] = pos[0]
+	}
+	cols := rec.Columns()
+	for _, i := range idx {
+		if cols[i].NullN() > 0 {
+			return dst, fmt.Errorf("column %s: %d nulls; %s has no nullable columns", sc.Field(i).Name, cols[i].NullN(), t.name)
+		}
+	}
+	n := int(rec.NumRows())
+	start := len(dst)
+	dst = grow(dst, n)
+	if err := t.decode(cols, idx, dst[start:]); err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// ArrowSchema returns the Arrow schema of flow.v1 (FlowTable.ArrowSchema).
+func ArrowSchema() *arrow.Schema { return FlowTable.ArrowSchema() }
 
 var timestampUTC = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 
@@ -50,43 +116,18 @@ func arrowType(k columns.Kind) arrow.DataType {
 	}
 }
 
-// ToArrow converts records to an Arrow record batch. The caller releases it.
-func ToArrow(recs []Flow) arrow.RecordBatch {
-	return array.NewRecordBatch(ArrowSchema(), encodeFlowColumns(recs), int64(len(recs)))
-}
+// ToArrow converts flow records to an Arrow record batch
+// (FlowTable.ToArrow). The caller releases it.
+func ToArrow(recs []Flow) arrow.RecordBatch { return FlowTable.ToArrow(recs) }
 
-// FromArrow appends the rows of rec to dst. Columns are matched by name, so
-// a batch with extra (newer) columns still decodes; a missing or mistyped
-// flow.v1 column, or a null, is an error. Decoded strings never point into
-// Arrow memory.
+// FromArrow appends the flow rows of rec to dst (FlowTable.FromArrow).
 func FromArrow(rec arrow.RecordBatch, dst []Flow) ([]Flow, error) {
-	sc := rec.Schema()
-	idx := make([]int, len(columns.FlowV1))
-	for i, c := range columns.FlowV1 {
-		pos := sc.FieldIndices(c.Name)
-		if len(pos) != 1 {
-			return dst, fmt.Errorf("column %s: missing from batch (schema has %d fields)", c.Name, sc.NumFields())
-		}
-		idx[i] = pos[0]
-	}
-	cols := rec.Columns()
-	for _, i := range idx {
-		if cols[i].NullN() > 0 {
-			return dst, fmt.Errorf("column %s: %d nulls; flow.v1 has no nullable columns", sc.Field(i).Name, cols[i].NullN())
-		}
-	}
-	n := int(rec.NumRows())
-	start := len(dst)
-	dst = growFlows(dst, n)
-	if err := decodeFlowColumns(cols, idx, dst[start:]); err != nil {
-		return dst[:start], err
-	}
-	return dst, nil
+	return FlowTable.FromArrow(rec, dst)
 }
 
-func growFlows(dst []Flow, n int) []Flow {
+func grow[T any](dst []T, n int) []T {
 	if cap(dst)-len(dst) < n {
-		nd := make([]Flow, len(dst), len(dst)+n)
+		nd := make([]T, len(dst), len(dst)+n)
 		copy(nd, dst)
 		dst = nd
 	}

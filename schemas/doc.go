@@ -1,9 +1,13 @@
-// Package schemas defines the flow.v1 record and everything derived from its
-// column table (package columns): the Go struct [Flow] (generated), the Arrow
-// schema, the Parquet schema, and the NATS wire format (one Arrow IPC stream
-// per batch, see [Encoder] and [Decoder]).
+// Package schemas defines tapflow's records and everything derived from
+// their column tables (package columns): the Go structs [Flow] (flow.v1)
+// and [Meter] (meter.v1), generated; the Arrow schema, the Parquet schema
+// and the NATS wire format (one Arrow IPC stream per batch) of each,
+// through a [Table] ([FlowTable], [MeterTable]) and [EncoderOf] /
+// [DecoderOf]. [Encoder], [Decoder], [ToArrow], [FromArrow], [ArrowSchema]
+// and [ParquetSchema] are the flow.v1 shorthands.
 //
-// Regenerate flow_gen.go after changing the column table: `make generate`.
+// Regenerate flow_gen.go and meter_gen.go after changing a column table:
+// `make generate`.
 package schemas
 
-//go:generate go run ./internal/schemagen flow_gen.go
+//go:generate go run ./internal/schemagen .

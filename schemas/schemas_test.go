@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -38,48 +39,89 @@ func golden(t *testing.T, name, got string) {
 }
 
 func TestGeneratedCodeIsCurrent(t *testing.T) {
-	want, err := gen.Render("Flow", columns.FlowV1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("flow_gen.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("flow_gen.go is stale: run make generate")
+	for _, tb := range columns.Tables {
+		t.Run(tb.Name, func(t *testing.T) {
+			want, err := gen.Render(tb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(tb.File)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s is stale: run make generate", tb.File)
+			}
+		})
 	}
 }
 
-func TestStructMatchesColumnTable(t *testing.T) {
-	typ := reflect.TypeFor[Flow]()
-	if typ.NumField() != len(columns.FlowV1) {
-		t.Fatalf("Flow has %d fields, table %d columns", typ.NumField(), len(columns.FlowV1))
+// tableCase is what the schema tests need of one record type.
+type tableCase struct {
+	name    string
+	cols    []columns.Column
+	typ     reflect.Type
+	arrow   func() string
+	parquet func() *parquet.Schema
+}
+
+var tableCases = []tableCase{
+	{columns.SchemaName, columns.FlowV1, reflect.TypeFor[Flow](), func() string { return ArrowSchema().String() }, ParquetSchema},
+	{columns.MeterSchemaName, columns.MeterV1, reflect.TypeFor[Meter](), func() string { return MeterTable.ArrowSchema().String() }, MeterTable.ParquetSchema},
+}
+
+func TestEveryTableTested(t *testing.T) {
+	if len(tableCases) != len(columns.Tables) {
+		t.Fatalf("%d tables, %d covered by tableCases", len(columns.Tables), len(tableCases))
 	}
-	for i, c := range columns.FlowV1 {
-		f := typ.Field(i)
-		if f.Name != c.GoName {
-			t.Errorf("field %d: %s, want %s", i, f.Name, c.GoName)
+	for i, tb := range columns.Tables {
+		if tableCases[i].name != tb.Name {
+			t.Errorf("tableCases[%d] is %s, want %s", i, tableCases[i].name, tb.Name)
 		}
 	}
 }
 
+func TestStructMatchesColumnTable(t *testing.T) {
+	for _, tc := range tableCases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.typ.NumField() != len(tc.cols) {
+				t.Fatalf("%s has %d fields, table %d columns", tc.typ, tc.typ.NumField(), len(tc.cols))
+			}
+			for i, c := range tc.cols {
+				if f := tc.typ.Field(i); f.Name != c.GoName {
+					t.Errorf("field %d: %s, want %s", i, f.Name, c.GoName)
+				}
+			}
+		})
+	}
+}
+
 func TestArrowSchemaGolden(t *testing.T) {
-	golden(t, "flow.v1.arrow.golden", ArrowSchema().String()+"\n")
+	for _, tc := range tableCases {
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name+".arrow.golden", tc.arrow()+"\n") })
+	}
 }
 
 func TestParquetSchemaGolden(t *testing.T) {
-	golden(t, "flow.v1.parquet.golden", ParquetSchema().String()+"\n")
+	for _, tc := range tableCases {
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name+".parquet.golden", tc.parquet().String()+"\n") })
+	}
 }
 
 // TestParquetColumnsFollowTable checks names, order and physical/logical
 // types against DESIGN §4 rather than against a golden copy of ourselves.
 func TestParquetColumnsFollowTable(t *testing.T) {
-	fields := ParquetSchema().Fields()
-	if len(fields) != len(columns.FlowV1) {
-		t.Fatalf("parquet has %d columns, table %d", len(fields), len(columns.FlowV1))
+	for _, tc := range tableCases {
+		t.Run(tc.name, func(t *testing.T) { checkParquetColumns(t, tc.parquet(), tc.cols) })
 	}
-	for i, c := range columns.FlowV1 {
+}
+
+func checkParquetColumns(t *testing.T, sc *parquet.Schema, cols []columns.Column) {
+	fields := sc.Fields()
+	if len(fields) != len(cols) {
+		t.Fatalf("parquet has %d columns, table %d", len(fields), len(cols))
+	}
+	for i, c := range cols {
 		f := fields[i]
 		if f.Name() != c.Name {
 			t.Errorf("column %d: %s, want %s", i, f.Name(), c.Name)
@@ -267,5 +309,92 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 		})
+	}
+}
+
+func sampleMeters(n int) []Meter {
+	recs := make([]Meter, n)
+	for i := range recs {
+		recs[i] = Meter{
+			TimeStart: 1_700_000_000_000_000 + int64(i)*10_000_000, TimeEnd: 1_700_000_010_000_000 + int64(i)*10_000_000,
+			Node: "cmp-1", Ifname: fmt.Sprintf("tap%04d", i%7), Direction: []string{"tx", "rx"}[i%2],
+			Packets: int64(i + 1), Bytes: int64(1500 * (i + 1)), LostPackets: int64(i % 2), LostBytes: int64(100 * (i % 2)),
+			FailedUpdates: int64(i % 3), SkippedNonIP: int64(i % 5), AgentID: "agent-a", BatchSeq: 9, RecordIndex: int32(i),
+		}
+	}
+	return recs
+}
+
+func TestMeterWireRoundTrip(t *testing.T) {
+	for _, codec := range []string{CodecZstd, CodecLZ4, CodecNone} {
+		for _, n := range []int{0, 1, 300} {
+			t.Run(fmt.Sprintf("%s/%d", codec, n), func(t *testing.T) {
+				enc, err := NewEncoderFor(MeterTable, codec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := sampleMeters(n)
+				body, err := enc.Encode(nil, want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := NewDecoderFor(MeterTable).Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != n || (n > 0 && !reflect.DeepEqual(got, want)) {
+					t.Fatalf("round trip differs: got %d records, want %d", len(got), n)
+				}
+			})
+		}
+	}
+}
+
+// TestDecodeWrongSchema: a message of one schema on the other's consumer
+// is corrupt (dead-lettered), never misread.
+func TestDecodeWrongSchema(t *testing.T) {
+	fenc, _ := NewEncoder(CodecZstd)
+	flows, err := fenc.Encode(nil, sample(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	menc, _ := NewEncoderFor(MeterTable, CodecZstd)
+	meters, err := menc.Encode(nil, sampleMeters(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		decode func() (int, error)
+		want   string
+	}{
+		{"meters as flows", func() (int, error) { r, err := NewDecoder().Decode(nil, meters); return len(r), err }, `schema "meter.v1", want "flow.v1"`},
+		{"flows as meters", func() (int, error) { r, err := NewDecoderFor(MeterTable).Decode(nil, flows); return len(r), err }, `schema "flow.v1", want "meter.v1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := tc.decode()
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("decoded %d records, err %v; want ErrCorrupt with %q", n, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMeterParquetRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[Meter](&buf, parquet.KeyValueMetadata(MetadataKey, MeterSchemaName))
+	want := sampleMeters(100)
+	if _, err := w.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := parquet.Read[Meter](bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("parquet round trip differs")
 	}
 }

@@ -44,19 +44,27 @@ func ValidCodec(name string) bool {
 	return name == CodecZstd || name == CodecLZ4 || name == CodecNone
 }
 
-// Encoder turns record slices into NATS message bodies: one self-contained
-// Arrow IPC stream (schema + one record batch) per message, body-compressed.
-// Safe for concurrent use.
-type Encoder struct {
+// Encoder is an EncoderOf flow records.
+type Encoder = EncoderOf[Flow]
+
+// EncoderOf turns record slices into NATS message bodies: one
+// self-contained Arrow IPC stream (schema + one record batch) per message,
+// body-compressed. Safe for concurrent use.
+type EncoderOf[T any] struct {
+	t     *Table[T]
 	opts  []ipc.Option
 	zstd  bool
 	plain sync.Pool // *bytes.Buffer for the uncompressed stream
 }
 
-// NewEncoder returns an Encoder for codec (see ValidCodec).
-func NewEncoder(codec string) (*Encoder, error) {
-	opts := []ipc.Option{ipc.WithSchema(ArrowSchema())}
-	e := &Encoder{}
+// NewEncoder returns a flow.v1 Encoder for codec (see ValidCodec).
+func NewEncoder(codec string) (*Encoder, error) { return NewEncoderFor(FlowTable, codec) }
+
+// NewEncoderFor returns an encoder of t's records for codec (see
+// ValidCodec).
+func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
+	opts := []ipc.Option{ipc.WithSchema(t.ArrowSchema())}
+	e := &EncoderOf[T]{t: t}
 	switch codec {
 	case CodecZstd:
 		e.zstd = true
@@ -71,7 +79,7 @@ func NewEncoder(codec string) (*Encoder, error) {
 }
 
 // Encode appends the encoded form of recs to dst and returns it.
-func (e *Encoder) Encode(dst []byte, recs []Flow) ([]byte, error) {
+func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 	if !e.zstd {
 		return e.encodeIPC(dst, recs)
 	}
@@ -87,9 +95,9 @@ func (e *Encoder) Encode(dst []byte, recs []Flow) ([]byte, error) {
 	return zstdEnc.EncodeAll(*plain, dst), nil
 }
 
-func (e *Encoder) encodeIPC(dst []byte, recs []Flow) ([]byte, error) {
+func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	rec := ToArrow(recs)
+	rec := e.t.ToArrow(recs)
 	defer rec.Release()
 	w := ipc.NewWriter(buf, e.opts...)
 	if err := w.Write(rec); err != nil {
@@ -101,20 +109,28 @@ func (e *Encoder) encodeIPC(dst []byte, recs []Flow) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// ErrCorrupt marks a message body that is not a valid flow.v1 Arrow IPC
-// stream. Callers dead-letter such messages instead of retrying them.
+// ErrCorrupt marks a message body that is not a valid Arrow IPC stream of
+// the decoder's schema. Callers dead-letter such messages instead of
+// retrying them.
 var ErrCorrupt = errors.New("corrupt flow batch")
 
-// Decoder turns message bodies back into records. It is stateless and safe
-// for concurrent use.
-type Decoder struct{}
+// Decoder is a DecoderOf flow records.
+type Decoder = DecoderOf[Flow]
 
-// NewDecoder returns a Decoder.
-func NewDecoder() *Decoder { return &Decoder{} }
+// DecoderOf turns message bodies back into records. It is stateless and
+// safe for concurrent use.
+type DecoderOf[T any] struct{ t *Table[T] }
 
-// Decode appends the records of body to dst. Any malformed input returns an
-// error wrapping ErrCorrupt; it never panics.
-func (d *Decoder) Decode(dst []Flow, body []byte) (out []Flow, err error) {
+// NewDecoder returns a flow.v1 Decoder.
+func NewDecoder() *Decoder { return NewDecoderFor(FlowTable) }
+
+// NewDecoderFor returns a decoder of t's records.
+func NewDecoderFor[T any](t *Table[T]) *DecoderOf[T] { return &DecoderOf[T]{t: t} }
+
+// Decode appends the records of body to dst. Any malformed input, or a
+// stream whose schema metadata names another schema (a meter.v1 message on
+// the flow stream), returns an error wrapping ErrCorrupt; it never panics.
+func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 	defer func() {
 		// arrow-go can panic on adversarial flatbuffers; a corrupt message
 		// must never take the collector down.
@@ -132,12 +148,12 @@ func (d *Decoder) Decode(dst []Flow, body []byte) (out []Flow, err error) {
 		return dst, fmt.Errorf("%w: open arrow ipc stream: %v", ErrCorrupt, err)
 	}
 	defer r.Release()
-	if v, _ := r.Schema().Metadata().GetValue(MetadataKey); v != "" && v != SchemaName {
-		return dst, fmt.Errorf("%w: schema %q, want %q", ErrCorrupt, v, SchemaName)
+	if v, _ := r.Schema().Metadata().GetValue(MetadataKey); v != "" && v != d.t.name {
+		return dst, fmt.Errorf("%w: schema %q, want %q", ErrCorrupt, v, d.t.name)
 	}
 	start := len(dst)
 	for r.Next() {
-		if dst, err = FromArrow(r.RecordBatch(), dst); err != nil {
+		if dst, err = d.t.FromArrow(r.RecordBatch(), dst); err != nil {
 			return dst[:start], fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 	}
@@ -150,6 +166,9 @@ func (d *Decoder) Decode(dst []Flow, body []byte) (out []Flow, err error) {
 // SchemaName is the flow.v1 schema name (see columns.SchemaName).
 const SchemaName = columns.SchemaName
 
-// ParquetSchema returns the Parquet schema of flow.v1, derived from the
-// generated struct tags (and so from the column table).
-func ParquetSchema() *parquet.Schema { return parquet.SchemaOf(Flow{}) }
+// MeterSchemaName is the meter.v1 schema name (see columns.MeterSchemaName).
+const MeterSchemaName = columns.MeterSchemaName
+
+// ParquetSchema returns the Parquet schema of flow.v1
+// (FlowTable.ParquetSchema).
+func ParquetSchema() *parquet.Schema { return FlowTable.ParquetSchema() }

@@ -1,9 +1,11 @@
-// Package columns is the single source of truth for the flow.v1 record: one
-// table of columns from which the Go struct (generated into package schemas),
-// the Arrow schema, the Parquet schema and docs/schema.md are derived.
+// Package columns is the single source of truth for tapflow's records
+// (flow.v1, meter.v1): one table of columns per record from which the Go
+// struct (generated into package schemas), the Arrow schema, the Parquet
+// schema and docs/schema.md are derived.
 //
-// Adding a column: append a row to FlowV1 (never rename or reorder existing
-// rows: readers depend on them), then run `make generate`.
+// Adding a column: append a row to its table (never rename or reorder
+// existing rows: readers depend on them), then run `make generate`. Adding a
+// record type: a new table and a new entry in Tables.
 package columns
 
 // Kind is the logical type of a column.
@@ -50,8 +52,26 @@ type Column struct {
 }
 
 // SchemaName is the value of the tapflow.schema key in Parquet key-value
-// metadata and Arrow schema metadata.
+// metadata and Arrow schema metadata of flow records.
 const SchemaName = "flow.v1"
+
+// MeterSchemaName is the tapflow.schema value of meter records.
+const MeterSchemaName = "meter.v1"
+
+// Table is one record type: its schema name, the generated Go type and
+// file, and its columns.
+type Table struct {
+	Name    string // schema name: flow.v1
+	Type    string // Go type in package schemas: Flow
+	File    string // generated file in package schemas: flow_gen.go
+	Columns []Column
+}
+
+// Tables lists every record type the generator renders.
+var Tables = []Table{
+	{Name: SchemaName, Type: "Flow", File: "flow_gen.go", Columns: FlowV1},
+	{Name: MeterSchemaName, Type: "Meter", File: "meter_gen.go", Columns: MeterV1},
+}
 
 // FlowV1 is the flow.v1 record, in column order (DESIGN §4).
 var FlowV1 = []Column{
@@ -85,4 +105,27 @@ var FlowV1 = []Column{
 	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent batch that carried the record"},
 	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},
 	{Name: "metadata_version", GoName: "MetadataVersion", Kind: Int64, Doc: "attribution snapshot version used to attribute the record"},
+}
+
+// MeterV1 is the meter.v1 record: what the kernel counted on one tap and
+// direction between time_start and time_end. Every counter is the delta
+// since the previous meter record of that tap and direction, so sums over
+// any time range are meaningful; Σ flow.v1 bytes (packets) of a tap and
+// direction equals Σ meter.v1 bytes (packets) minus lost_bytes
+// (lost_packets).
+var MeterV1 = []Column{
+	{Name: "time_start", GoName: "TimeStart", Kind: Timestamp, Delta: true, Doc: "start of the interval: the previous meter record's time_end, or when the tap was attached (µs since epoch, UTC)"},
+	{Name: "time_end", GoName: "TimeEnd", Kind: Timestamp, Delta: true, Doc: "end of the interval (µs since epoch, UTC); partitions by this"},
+	{Name: "node", GoName: "Node", Kind: String, Dict: true, Doc: "compute host that captured the record"},
+	{Name: "ifname", GoName: "Ifname", Kind: String, Dict: true, Doc: "tap device"},
+	{Name: "direction", GoName: "Direction", Kind: String, Dict: true, Doc: "tx (VM sends) or rx (VM receives), from the VM's point of view"},
+	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "IP packets the program saw in the interval"},
+	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) of those packets"},
+	{Name: "lost_packets", GoName: "LostPackets", Kind: Int64, Doc: "packets counted but not exported (ring buffer full)"},
+	{Name: "lost_bytes", GoName: "LostBytes", Kind: Int64, Doc: "bytes counted but not exported (ring buffer full)"},
+	{Name: "failed_updates", GoName: "FailedUpdates", Kind: Int64, Doc: "flow-table updates that failed (the packet went out as an overflow record)"},
+	{Name: "skipped_non_ip", GoName: "SkippedNonIP", Kind: Int64, Doc: "non-IP frames seen and not counted in packets or bytes"},
+	{Name: "agent_id", GoName: "AgentID", Kind: String, Dict: true, Doc: "agent that produced the record; with batch_seq and record_index the unique record identity"},
+	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent meter batch that carried the record"},
+	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},
 }

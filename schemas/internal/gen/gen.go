@@ -13,20 +13,21 @@ import (
 	"github.com/tapflow/tapflow/schemas/columns"
 )
 
-// Render returns the formatted source of schemas/flow_gen.go.
-func Render(typeName string, cols []columns.Column) ([]byte, error) {
+// Render returns the formatted source of one table's generated file
+// (t.File in package schemas).
+func Render(t columns.Table) ([]byte, error) {
 	var buf bytes.Buffer
 	err := tmpl.Execute(&buf, struct {
 		Type    string
 		Schema  string
 		Columns []columns.Column
-	}{typeName, columns.SchemaName, cols})
+	}{t.Type, t.Name, t.Columns})
 	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", typeName, err)
+		return nil, fmt.Errorf("render %s: %w", t.Type, err)
 	}
 	out, err := format.Source(buf.Bytes())
 	if err != nil {
-		return nil, fmt.Errorf("format %s: %w\n%s", typeName, err, buf.Bytes())
+		return nil, fmt.Errorf("format %s: %w\n%s", t.Type, err, buf.Bytes())
 	}
 	return out, nil
 }
@@ -81,7 +82,7 @@ type {{.Type}} struct {
 
 // encode{{.Type}}Columns turns records into one Arrow array per column, in
 // column order. One pass over the records fills every column (the structs
-// are large: a pass per column would stream them through the cache 30
+// are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
 func encode{{.Type}}Columns(recs []{{.Type}}) []arrow.Array {
 	n := len(recs)

@@ -1,7 +1,8 @@
 // Package natsx holds tapflow's NATS plumbing shared by the agent and the
 // collector: the embedded nats-server with JetStream (the default
 // deployment), client connections that survive outages, and the stream
-// definitions (TAPFLOW_FLOWS, TAPFLOW_DLQ) created idempotently.
+// definitions (TAPFLOW_FLOWS, TAPFLOW_METERS, TAPFLOW_DLQ) created
+// idempotently.
 package natsx
 
 import (
@@ -24,8 +25,11 @@ import (
 const (
 	FlowsStream       = "TAPFLOW_FLOWS"
 	FlowsSubjectRoot  = "tapflow.flows.v1"
+	MetersStream      = "TAPFLOW_METERS"
+	MetersSubjectRoot = "tapflow.meters.v1"
 	DLQStream         = "TAPFLOW_DLQ"
 	DLQFlowsSubject   = "tapflow.dlq.flows"
+	DLQMetersSubject  = "tapflow.dlq.meters"
 	HeaderOrigSubject = "Tapflow-Original-Subject"
 	HeaderOrigSeq     = "Tapflow-Original-Sequence"
 	HeaderError       = "Tapflow-Error"
@@ -34,8 +38,16 @@ const (
 // MaxPayload is the embedded server's message size limit.
 const MaxPayload = 8 << 20
 
-// FlowsSubject is the subject an agent on node publishes to.
+// MetersMaxBytes caps TAPFLOW_METERS. Meter records are two per tap every
+// meter_interval (~100 B each on the wire): 1 GiB holds weeks of a large
+// node's meters when no collector consumes them.
+const MetersMaxBytes = 1 << 30
+
+// FlowsSubject is the subject an agent on node publishes flows to.
 func FlowsSubject(node string) string { return FlowsSubjectRoot + "." + node }
+
+// MetersSubject is the subject an agent on node publishes meters to.
+func MetersSubject(node string) string { return MetersSubjectRoot + "." + node }
 
 // Config is the `nats:` section.
 type Config struct {
@@ -213,8 +225,9 @@ func clientOptions(name string, log *slog.Logger) []nats.Option {
 	}
 }
 
-// EnsureStreams creates or updates TAPFLOW_FLOWS and TAPFLOW_DLQ. It is
-// idempotent and retries with backoff while JetStream is unavailable.
+// EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
+// TAPFLOW_DLQ. It is idempotent and retries with backoff while JetStream is
+// unavailable.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
 	streams := []jetstream.StreamConfig{{
 		Name:        FlowsStream,
@@ -224,6 +237,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew, // refuse, never silently drop old batches
 		MaxBytes:    int64(cfg.StreamMaxBytes),
+		Duplicates:  cfg.DuplicateWindow.D(),
+	}, {
+		Name:        MetersStream,
+		Description: "tapflow meter.v1 record batches (Arrow IPC), one message per agent meter batch",
+		Subjects:    []string{MetersSubjectRoot + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxBytes:    MetersMaxBytes,
 		Duplicates:  cfg.DuplicateWindow.D(),
 	}, {
 		Name:        DLQStream,

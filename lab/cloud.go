@@ -1,0 +1,1095 @@
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Cloud is a resolved topology: every object with its IDs, MACs,
+// addresses, namespace and device names. Resolve is deterministic, so the
+// same topology and prefix always give the same cloud (that is how `lab
+// drive` finds what `lab up` built).
+type Cloud struct {
+	Prefix   string
+	Topology *Topology
+	Projects []*Project
+	Networks []*Network
+	Ports    []*Port
+	Routers  []*Router
+	Servers  []*Server
+	LBs      []*LB
+	FIPs     []*FIP
+	Internet *Internet
+	// Octavia's service project and management network (nil without LBs).
+	ServiceProject *Project
+	MgmtNet        *Network
+
+	projects map[string]*Project
+	networks map[string]*Network
+	servers  map[string]*Server
+	lbs      map[string]*LB
+	routers  map[string]*Router
+}
+
+// Project is a Keystone project.
+type Project struct{ Name, ID string }
+
+// Network is a Neutron network and its bridge in the hypervisor namespace.
+type Network struct {
+	Name, ID string
+	Project  *Project
+	Shared   bool
+	External bool
+	Subnets  []*Subnet
+	Bridge   string
+	DHCP     *Port // network:dhcp port, or nil
+}
+
+// Subnet is a Neutron subnet.
+type Subnet struct {
+	ID      string
+	Net     *Network
+	Prefix  netip.Prefix
+	Gateway netip.Addr // invalid: no gateway
+	used    map[netip.Addr]string
+	next    uint64
+}
+
+// FixedIP is one address of a port.
+type FixedIP struct {
+	Subnet *Subnet
+	Addr   netip.Addr
+}
+
+// Port is a Neutron port. Instance ports (VMs, amphorae) are plugged into
+// the hypervisor namespace through a veth whose host side is Tap
+// ("tap"+id[:11], as Nova names it); router, DHCP and upstream ports use
+// other host-side names, so only instance ports match the capture's tap*.
+type Port struct {
+	ID, Name    string
+	Net         *Network
+	MAC         net.HardwareAddr
+	IPs         []FixedIP
+	Owner       string // device_owner
+	DeviceID    string
+	Project     *Project // nil: no project (router gateway)
+	HostDev     string   // device in the hypervisor namespace ("" when not plugged)
+	NS          string   // namespace of the other end
+	Dev         string   // device name inside NS
+	Inventory   bool     // written to the inventory file
+	AddrPairs   []netip.Addr
+	FIP         *FIP
+	instance    bool
+	serverIndex int
+}
+
+// Tap reports whether the port is an instance port seen by the capture.
+func (p *Port) Tap() bool { return p.instance }
+
+// V4 is the port's first IPv4 address (invalid when none).
+func (p *Port) V4() netip.Addr { return p.first(true) }
+
+// V6 is the port's first IPv6 address (invalid when none).
+func (p *Port) V6() netip.Addr { return p.first(false) }
+
+func (p *Port) first(v4 bool) netip.Addr {
+	for _, ip := range p.IPs {
+		if ip.Addr.Is4() == v4 {
+			return ip.Addr
+		}
+	}
+	return netip.Addr{}
+}
+
+// Router is a Neutron router: a namespace with qr-/qg- devices.
+type Router struct {
+	Name, ID string
+	Project  *Project
+	NS       string
+	Gateway  *Network // nil: no external gateway
+	GwPort   *Port
+	Ifaces   []*Port
+	Routes   []Route
+	FIPs     []*FIP
+}
+
+// Route is an extraroute or in-guest route.
+type Route struct {
+	Dst     netip.Prefix
+	NextHop netip.Addr
+}
+
+// Server is a Nova server (VM): a namespace with eth0.. ethN.
+type Server struct {
+	Name, ID string
+	Project  *Project
+	NS       string
+	Ports    []*Port
+	Routes   []Route
+}
+
+// LB is an Octavia load balancer with its amphorae.
+type LB struct {
+	Name, ID      string
+	Project       *Project
+	VIP           netip.Addr
+	VIPSubnet     *Subnet
+	VIPPort       *Port
+	FIP           *FIP
+	ActiveStandby bool
+	Protocol      string // HTTP or TCP
+	ListenPort    int
+	Amphorae      []*Amphora
+	Members       []*Member
+	PoolID        string
+	VRID          int
+}
+
+// Amphora is one amphora VM: a namespace running HAProxy (and keepalived
+// for ACTIVE_STANDBY), with eth0 on the management network, eth1 on the
+// VIP network and one more device per member network.
+type Amphora struct {
+	ID, ComputeID, Name string
+	LB                  *LB
+	NS                  string
+	Role                string // MASTER, BACKUP or STANDALONE
+	Mgmt, VRRP          *Port
+	Ports               []*Port // eth0.. in order
+}
+
+// Member is a pool member.
+type Member struct {
+	ID           string
+	Server       *Server
+	Port         *Port
+	Addr         netip.Addr
+	Subnet       *Subnet
+	ProtocolPort int
+}
+
+// FIP is a floating IP: DNAT/SNAT in its router's namespace.
+type FIP struct {
+	ID     string
+	Addr   netip.Addr
+	Net    *Network
+	Port   *Port // the bound port (a VM port or an LB's VIP port)
+	Fixed  netip.Addr
+	Router *Router
+	Holder *Port // the network:floatingip port
+}
+
+// Internet is the namespace beyond the external networks: it holds each
+// external subnet's gateway address and the test servers' Addresses.
+type Internet struct {
+	NS        string
+	Legs      []*Port
+	Addresses []netip.Addr
+}
+
+// Namespace names. Everything a lab creates lives in namespaces named
+// "<prefix>-…"; `lab down` finds them by that prefix.
+func (c *Cloud) HVNS() string                { return c.Prefix + "-hv" }
+func (c *Cloud) ns(kind, name string) string { return c.Prefix + "-" + kind + "-" + name }
+
+// Namespaces lists every namespace of the lab, the hypervisor's first.
+func (c *Cloud) Namespaces() []string {
+	out := []string{c.HVNS()}
+	if c.Internet != nil {
+		out = append(out, c.Internet.NS)
+	}
+	for _, r := range c.Routers {
+		out = append(out, r.NS)
+	}
+	for _, n := range c.Networks {
+		if n.DHCP != nil {
+			out = append(out, n.DHCP.NS)
+		}
+	}
+	for _, s := range c.Servers {
+		out = append(out, s.NS)
+	}
+	for _, lb := range c.LBs {
+		for _, a := range lb.Amphorae {
+			out = append(out, a.NS)
+		}
+	}
+	return out
+}
+
+// Taps are the instance ports' host devices (what the capture attaches to).
+func (c *Cloud) Taps() []*Port {
+	var out []*Port
+	for _, p := range c.Ports {
+		if p.instance {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Server, LB, Network, Project and Router look objects up by name.
+func (c *Cloud) Server(name string) *Server   { return c.servers[name] }
+func (c *Cloud) LB(name string) *LB           { return c.lbs[name] }
+func (c *Cloud) Network(name string) *Network { return c.networks[name] }
+func (c *Cloud) Project(name string) *Project { return c.projects[name] }
+func (c *Cloud) Router(name string) *Router   { return c.routers[name] }
+
+// Amphora finds an amphora by its name (<lb>-amphora-<n>).
+func (c *Cloud) Amphora(name string) *Amphora {
+	for _, lb := range c.LBs {
+		for _, a := range lb.Amphorae {
+			if a.Name == name {
+				return a
+			}
+		}
+	}
+	return nil
+}
+
+// PortByTap finds an instance port by its tap name.
+func (c *Cloud) PortByTap(tap string) *Port {
+	for _, p := range c.Ports {
+		if p.instance && p.HostDev == tap {
+			return p
+		}
+	}
+	return nil
+}
+
+// ProjectByID finds a project by id.
+func (c *Cloud) ProjectByID(id string) *Project {
+	for _, p := range c.Projects {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- ids
+
+func digest(parts ...string) []byte {
+	h := sha256.Sum256([]byte("tapflow-lab\x00" + strings.Join(parts, "\x00")))
+	return h[:]
+}
+
+// uuid derives a stable UUID-shaped id (version 8, "custom").
+func uuid(parts ...string) string {
+	b := digest(parts...)[:16]
+	b[6] = b[6]&0x0f | 0x80
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// projectID is a Keystone-style 32-hex id.
+func projectID(name string) string { return hex.EncodeToString(digest("project", name)[:16]) }
+
+// portMAC is an fa:16:3e MAC (Neutron's default base) derived from the id.
+func portMAC(id string) net.HardwareAddr {
+	d := digest("mac", id)
+	return net.HardwareAddr{0xfa, 0x16, 0x3e, d[0], d[1], d[2]}
+}
+
+// ---------------------------------------------------------------- resolve
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
+)
+
+// Defaults.
+const (
+	AdminProject        = "admin"
+	DefaultServiceProj  = "octavia-service"
+	DefaultMgmtCIDR     = "172.31.0.0/24"
+	DefaultInternetAddr = "198.51.100.10"
+	MetadataAddr        = "169.254.169.254"
+	TCPPort             = 5001 // lab server: TCP and UDP
+	HTTPPort            = 8080 // lab server: HTTP
+	MetadataPort        = 9697 // metadata responder in router namespaces (nft redirect from :80)
+	DHCPPort            = 67
+)
+
+type resolver struct {
+	t        *Topology
+	c        *Cloud
+	errs     []string
+	fipSpecs []fipReq
+	pending  []pendingAlloc // auto-allocations, done after every explicit address is claimed
+}
+
+func (r *resolver) fail(path, name, format string, args ...any) {
+	r.errs = append(r.errs, r.t.where(path, name)+": "+fmt.Sprintf(format, args...))
+}
+
+// ValidPrefix checks a lab prefix: a lowercase letter, then up to 11
+// lowercase letters or digits (namespaces are "<prefix>-…").
+func ValidPrefix(p string) error {
+	if !prefixRE.MatchString(p) {
+		return fmt.Errorf("lab prefix %q: use a lowercase letter followed by up to 11 lowercase letters or digits (e.g. tfl)", p)
+	}
+	return nil
+}
+
+// Resolve checks the topology and derives every object. All problems are
+// reported at once, each with the file, line and object; nothing is
+// created.
+func Resolve(t *Topology, prefix string) (*Cloud, error) {
+	if err := ValidPrefix(prefix); err != nil {
+		return nil, err
+	}
+	c := &Cloud{Prefix: prefix, Topology: t, projects: map[string]*Project{}, networks: map[string]*Network{},
+		servers: map[string]*Server{}, lbs: map[string]*LB{}, routers: map[string]*Router{}}
+	r := &resolver{t: t, c: c}
+	r.projects()
+	r.networks()
+	if len(r.errs) == 0 {
+		r.internet()
+		r.routers()
+		r.dhcp()
+		r.servers()
+		r.lbs()
+		r.fips()
+		r.allocate()
+		r.checkUnique()
+	}
+	if len(r.errs) > 0 {
+		return nil, fmt.Errorf("lab topology %s is invalid (nothing was created):\n  %s", t.file, strings.Join(r.errs, "\n  "))
+	}
+	return c, nil
+}
+
+func (r *resolver) project(path, obj, name string) *Project {
+	if name == "" {
+		r.fail(path, obj, "project: missing; use one of the names under projects:")
+		return nil
+	}
+	p := r.c.projects[name]
+	if p == nil {
+		r.fail(path, obj, "project %q is not defined; defined: %s", name, strings.Join(keys(r.c.projects), ", "))
+	}
+	return p
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *resolver) addProject(name string) *Project {
+	p := &Project{Name: name, ID: projectID(name)}
+	r.c.projects[name] = p
+	r.c.Projects = append(r.c.Projects, p)
+	return p
+}
+
+func (r *resolver) projects() {
+	for i, name := range r.t.Projects {
+		path := fmt.Sprintf("projects[%d]", i)
+		switch {
+		case !nameRE.MatchString(name):
+			r.fail(path, name, "project name must match %s", nameRE)
+		case r.c.projects[name] != nil:
+			r.fail(path, name, "duplicate project name")
+		default:
+			r.addProject(name)
+		}
+	}
+	if r.c.projects[AdminProject] == nil {
+		r.addProject(AdminProject)
+	}
+	if len(r.t.LoadBalancers) > 0 {
+		svc := r.t.Octavia.Project
+		if svc == "" {
+			svc = DefaultServiceProj
+		}
+		if r.c.ServiceProject = r.c.projects[svc]; r.c.ServiceProject == nil {
+			r.c.ServiceProject = r.addProject(svc)
+		}
+	}
+}
+
+func (r *resolver) newSubnet(path, obj string, n *Network, i int, s SubnetSpec) {
+	pfx, err := netip.ParsePrefix(s.CIDR)
+	if err != nil {
+		r.fail(path, obj, "cidr %q: %v", s.CIDR, err)
+		return
+	}
+	if pfx.Masked() != pfx {
+		r.fail(path, obj, "cidr %s has host bits set; use %s", pfx, pfx.Masked())
+		return
+	}
+	if pfx.Addr().Is4() && pfx.Bits() > 29 || pfx.Addr().Is6() && pfx.Bits() > 120 {
+		r.fail(path, obj, "cidr %s is too small for a lab subnet; use at most /29 (IPv4) or /120 (IPv6)", pfx)
+		return
+	}
+	sn := &Subnet{ID: uuid("subnet", n.Name, strconv.Itoa(i)), Net: n, Prefix: pfx, used: map[netip.Addr]string{}, next: 10}
+	switch s.Gateway {
+	case "":
+		sn.Gateway = hostAddr(pfx, 1)
+	case "none":
+	default:
+		gw, err := netip.ParseAddr(s.Gateway)
+		if err != nil || !pfx.Contains(gw) {
+			r.fail(path, obj, "gateway %q is not an address in %s", s.Gateway, pfx)
+			return
+		}
+		sn.Gateway = gw
+	}
+	for _, o := range n.Subnets {
+		if o.Prefix.Overlaps(pfx) {
+			r.fail(path, obj, "subnet %s overlaps %s of the same network", pfx, o.Prefix)
+			return
+		}
+	}
+	n.Subnets = append(n.Subnets, sn)
+}
+
+// hostAddr is the n-th address of p.
+func hostAddr(p netip.Prefix, n uint64) netip.Addr {
+	b := p.Addr().As16()
+	carry := n
+	for i := 15; i >= 0 && carry > 0; i-- {
+		v := uint64(b[i]) + carry
+		b[i] = byte(v)
+		carry = v >> 8
+	}
+	a := netip.AddrFrom16(b)
+	if p.Addr().Is4() {
+		a = a.Unmap()
+	}
+	return a
+}
+
+func (r *resolver) networks() {
+	for i, ns := range r.t.Networks {
+		path := fmt.Sprintf("networks[%d]", i)
+		if !nameRE.MatchString(ns.Name) {
+			r.fail(path, ns.Name, "network name must match %s", nameRE)
+			continue
+		}
+		if r.c.networks[ns.Name] != nil {
+			r.fail(path, ns.Name, "duplicate network name")
+			continue
+		}
+		n := &Network{Name: ns.Name, ID: uuid("network", ns.Name), Shared: ns.Shared, External: ns.External}
+		owner := ns.Project
+		if owner == "" {
+			owner = AdminProject
+		}
+		n.Project = r.project(path, ns.Name, owner)
+		n.Bridge = "brq" + n.ID[:11]
+		if len(ns.Subnets) == 0 {
+			r.fail(path, ns.Name, "subnets: missing; give at least one cidr")
+		}
+		for j, s := range ns.Subnets {
+			r.newSubnet(fmt.Sprintf("%s.subnets[%d]", path, j), ns.Name, n, j, s)
+		}
+		if n.External && ns.DHCP {
+			r.fail(path, ns.Name, "dhcp on an external network is not modelled; remove dhcp: true")
+		}
+		r.c.networks[n.Name] = n
+		r.c.Networks = append(r.c.Networks, n)
+	}
+	if len(r.t.LoadBalancers) > 0 {
+		cidr := r.t.Octavia.MgmtCIDR
+		if cidr == "" {
+			cidr = DefaultMgmtCIDR
+		}
+		name := "lb-mgmt-net"
+		if r.c.networks[name] != nil {
+			r.fail("networks", name, "the name lb-mgmt-net is reserved for Octavia's management network")
+			return
+		}
+		n := &Network{Name: name, ID: uuid("network", name), Project: r.c.ServiceProject}
+		n.Bridge = "brq" + n.ID[:11]
+		r.newSubnet("octavia.mgmt_cidr", "", n, 0, SubnetSpec{CIDR: cidr, Gateway: "none"})
+		r.c.MgmtNet = n
+		r.c.networks[name] = n
+		r.c.Networks = append(r.c.Networks, n)
+	}
+}
+
+// network resolves a network reference.
+func (r *resolver) network(path, obj, name string) *Network {
+	n := r.c.networks[name]
+	if n == nil {
+		var names []string
+		for _, x := range r.c.Networks {
+			names = append(names, x.Name)
+		}
+		r.fail(path, obj, "network %q is not defined; defined: %s", name, strings.Join(names, ", "))
+	}
+	return n
+}
+
+// newPort registers a port; hostPrefix/devName set later by the caller.
+func (r *resolver) newPort(key string, n *Network, owner, deviceID string, proj *Project) *Port {
+	p := &Port{ID: uuid("port", key), Net: n, Owner: owner, DeviceID: deviceID, Project: proj, Inventory: true}
+	p.MAC = portMAC(p.ID)
+	r.c.Ports = append(r.c.Ports, p)
+	return p
+}
+
+// claim records a fixed address on a port.
+func (r *resolver) claim(path, obj string, p *Port, a netip.Addr) bool {
+	for _, sn := range p.Net.Subnets {
+		if !sn.Prefix.Contains(a) {
+			continue
+		}
+		if a == sn.Prefix.Addr() || (a.Is4() && a == lastAddr(sn.Prefix)) {
+			r.fail(path, obj, "%s is the network or broadcast address of %s", a, sn.Prefix)
+			return false
+		}
+		if who, ok := sn.used[a]; ok {
+			r.fail(path, obj, "address %s is already used by %s", a, who)
+			return false
+		}
+		sn.used[a] = obj
+		p.IPs = append(p.IPs, FixedIP{Subnet: sn, Addr: a})
+		return true
+	}
+	var cidrs []string
+	for _, sn := range p.Net.Subnets {
+		cidrs = append(cidrs, sn.Prefix.String())
+	}
+	r.fail(path, obj, "address %s is outside every subnet of network %s (%s)", a, p.Net.Name, strings.Join(cidrs, ", "))
+	return false
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().As4()
+	hostBits := 32 - p.Bits()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= 1<<hostBits - 1
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+type pendingAlloc struct {
+	p      *Port
+	sn     *Subnet // nil: one address in every subnet
+	v4only bool
+	obj    string
+}
+
+func (r *resolver) parseAddrs(path, obj string, p *Port, addrs []string) {
+	for _, s := range addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			r.fail(path, obj, "address %q: %v", s, err)
+			continue
+		}
+		r.claim(path, obj, p, a)
+	}
+}
+
+func (r *resolver) internet() {
+	c := r.c
+	var ext []*Network
+	for _, n := range c.Networks {
+		if n.External {
+			ext = append(ext, n)
+		}
+	}
+	if len(ext) == 0 {
+		if len(r.t.Internet.Addresses) > 0 {
+			r.fail("internet", "", "addresses given but no network is external: true")
+		}
+		return
+	}
+	in := &Internet{NS: c.Prefix + "-inet"}
+	addrs := r.t.Internet.Addresses
+	if len(addrs) == 0 {
+		addrs = []string{DefaultInternetAddr}
+	}
+	for i, s := range addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			r.fail(fmt.Sprintf("internet.addresses[%d]", i), "", "%q is not an IPv4 address", s)
+			continue
+		}
+		for _, n := range c.Networks {
+			for _, sn := range n.Subnets {
+				if sn.Prefix.Contains(a) {
+					r.fail(fmt.Sprintf("internet.addresses[%d]", i), "", "%s is inside subnet %s of network %s; internet addresses must lie outside the cloud", a, sn.Prefix, n.Name)
+				}
+			}
+		}
+		in.Addresses = append(in.Addresses, a)
+	}
+	for k, n := range ext {
+		p := r.newPort("upstream/"+n.Name, n, "", "", nil)
+		p.Name = "upstream-" + n.Name
+		p.Inventory = false // the provider network's physical gateway: not a Neutron port
+		p.HostDev, p.NS, p.Dev = "inh"+p.ID[:11], in.NS, "eth"+strconv.Itoa(k)
+		for _, sn := range n.Subnets {
+			if sn.Prefix.Addr().Is4() && sn.Gateway.IsValid() {
+				r.claim("networks", n.Name, p, sn.Gateway)
+			}
+		}
+		if len(p.IPs) == 0 {
+			r.fail("networks", n.Name, "external network needs an IPv4 subnet with a gateway (the upstream router)")
+		}
+		in.Legs = append(in.Legs, p)
+	}
+	c.Internet = in
+}
+
+func (r *resolver) routers() {
+	c := r.c
+	for i, rs := range r.t.Routers {
+		path := fmt.Sprintf("routers[%d]", i)
+		if !nameRE.MatchString(rs.Name) {
+			r.fail(path, rs.Name, "router name must match %s", nameRE)
+			continue
+		}
+		if c.routers[rs.Name] != nil {
+			r.fail(path, rs.Name, "duplicate router name")
+			continue
+		}
+		rt := &Router{Name: rs.Name, ID: uuid("router", rs.Name), NS: c.ns("qr", rs.Name)}
+		rt.Project = r.project(path, rs.Name, rs.Project)
+		c.routers[rt.Name] = rt
+		c.Routers = append(c.Routers, rt)
+		if rs.Gateway != "" {
+			if g := r.network(path, rs.Name, rs.Gateway); g != nil {
+				if !g.External {
+					r.fail(path, rs.Name, "gateway %s is not an external network (external: true)", g.Name)
+				} else {
+					rt.Gateway = g
+					p := r.newPort("router-gw/"+rt.Name, g, "network:router_gateway", rt.ID, nil)
+					p.Name = ""
+					p.HostDev, p.NS, p.Dev = "qgh"+p.ID[:11], rt.NS, "qg-"+p.ID[:11]
+					r.pending = append(r.pending, pendingAlloc{p: p, v4only: true, obj: "router " + rt.Name + " gateway"})
+					rt.GwPort = p
+				}
+			}
+		}
+		seen := map[string]bool{}
+		for j, ifs := range rs.Interfaces {
+			ipath := fmt.Sprintf("%s.interfaces[%d]", path, j)
+			n := r.network(ipath, rs.Name, ifs.Network)
+			if n == nil {
+				continue
+			}
+			if n.External {
+				r.fail(ipath, rs.Name, "interface on external network %s; use gateway: %s instead", n.Name, n.Name)
+				continue
+			}
+			if seen[n.Name] {
+				r.fail(ipath, rs.Name, "second interface on network %s", n.Name)
+				continue
+			}
+			seen[n.Name] = true
+			p := r.newPort("router-if/"+rt.Name+"/"+n.Name, n, "network:router_interface", rt.ID, rt.Project)
+			p.HostDev, p.NS, p.Dev = "qrh"+p.ID[:11], rt.NS, "qr-"+p.ID[:11]
+			if len(ifs.Addresses) > 0 {
+				r.parseAddrs(ipath, "router "+rt.Name, p, ifs.Addresses)
+			} else {
+				for _, sn := range n.Subnets {
+					if sn.Gateway.IsValid() {
+						r.claim(ipath, "router "+rt.Name, p, sn.Gateway)
+					}
+				}
+				if len(p.IPs) == 0 {
+					r.fail(ipath, rs.Name, "network %s has no subnet with a gateway; give addresses:", n.Name)
+				}
+			}
+			for _, o := range rt.Ifaces {
+				for _, a := range o.IPs {
+					for _, b := range p.IPs {
+						if a.Subnet.Prefix.Overlaps(b.Subnet.Prefix) {
+							r.fail(ipath, rs.Name, "subnet %s of %s overlaps subnet %s of %s on the same router", b.Subnet.Prefix, n.Name, a.Subnet.Prefix, o.Net.Name)
+						}
+					}
+				}
+			}
+			rt.Ifaces = append(rt.Ifaces, p)
+		}
+		for j, ro := range rs.Routes {
+			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
+			d, err1 := netip.ParsePrefix(ro.Destination)
+			nh, err2 := netip.ParseAddr(ro.NextHop)
+			if err1 != nil || err2 != nil {
+				r.fail(rpath, rs.Name, "route needs destination (a CIDR) and nexthop (an address): %q via %q", ro.Destination, ro.NextHop)
+				continue
+			}
+			rt.Routes = append(rt.Routes, Route{Dst: d.Masked(), NextHop: nh})
+		}
+	}
+}
+
+func (r *resolver) dhcp() {
+	for _, n := range r.c.Networks {
+		var spec *NetworkSpec
+		for i := range r.t.Networks {
+			if r.t.Networks[i].Name == n.Name {
+				spec = &r.t.Networks[i]
+			}
+		}
+		if spec == nil || !spec.DHCP {
+			continue
+		}
+		p := r.newPort("dhcp/"+n.Name, n, "network:dhcp", "dhcp"+hex.EncodeToString(digest("dhcp-host")[:8])+"-"+n.ID, n.Project)
+		p.HostDev, p.NS, p.Dev = "nsh"+p.ID[:11], r.c.ns("dhcp", n.Name), "ns-"+p.ID[:11]
+		for _, sn := range n.Subnets {
+			if sn.Prefix.Addr().Is4() {
+				a := hostAddr(sn.Prefix, 2)
+				if _, taken := sn.used[a]; !taken && a != sn.Gateway {
+					r.claim("networks", n.Name, p, a)
+				} else {
+					r.pending = append(r.pending, pendingAlloc{p: p, sn: sn, obj: "dhcp port of " + n.Name})
+				}
+			}
+		}
+		n.DHCP = p
+	}
+}
+
+func (r *resolver) servers() {
+	c := r.c
+	for i, ss := range r.t.Servers {
+		path := fmt.Sprintf("servers[%d]", i)
+		if !nameRE.MatchString(ss.Name) {
+			r.fail(path, ss.Name, "server name must match %s", nameRE)
+			continue
+		}
+		if c.servers[ss.Name] != nil {
+			r.fail(path, ss.Name, "duplicate server name")
+			continue
+		}
+		s := &Server{Name: ss.Name, ID: uuid("server", ss.Name), NS: c.ns("vm", ss.Name)}
+		s.Project = r.project(path, ss.Name, ss.Project)
+		c.servers[s.Name] = s
+		c.Servers = append(c.Servers, s)
+		if len(ss.Ports) == 0 {
+			r.fail(path, ss.Name, "ports: missing; a server needs at least one port")
+		}
+		for j, ps := range ss.Ports {
+			ppath := fmt.Sprintf("%s.ports[%d]", path, j)
+			n := r.network(ppath, ss.Name, ps.Network)
+			if n == nil {
+				continue
+			}
+			p := r.newPort("server/"+s.Name+"/"+strconv.Itoa(j), n, "compute:nova", s.ID, s.Project)
+			p.Name = s.Name + "-port" + strconv.Itoa(j)
+			p.instance, p.serverIndex = true, j
+			p.HostDev, p.NS, p.Dev = "tap"+p.ID[:11], s.NS, "eth"+strconv.Itoa(j)
+			if ps.Inventory != nil && !*ps.Inventory {
+				p.Inventory = false
+			}
+			if ps.MAC != "" {
+				m, err := net.ParseMAC(ps.MAC)
+				if err != nil || len(m) != 6 || m[0]&1 == 1 {
+					r.fail(ppath, ss.Name, "mac %q is not a unicast Ethernet MAC", ps.MAC)
+				} else {
+					p.MAC = m
+				}
+			}
+			if len(ps.IPs) > 0 {
+				r.parseAddrs(ppath, "server "+s.Name, p, ps.IPs)
+			} else {
+				r.pending = append(r.pending, pendingAlloc{p: p, obj: "server " + s.Name})
+			}
+			if ps.FloatingIP.Network != "" {
+				r.fipSpecs = append(r.fipSpecs, fipReq{path: ppath, obj: ss.Name, spec: ps.FloatingIP, port: p})
+			}
+			s.Ports = append(s.Ports, p)
+		}
+		for j, ro := range ss.Routes {
+			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
+			d, err1 := netip.ParsePrefix(ro.Destination)
+			nh, err2 := netip.ParseAddr(ro.NextHop)
+			if err1 != nil || err2 != nil {
+				r.fail(rpath, ss.Name, "route needs destination (a CIDR) and nexthop (an address): %q via %q", ro.Destination, ro.NextHop)
+				continue
+			}
+			ok := false
+			for _, p := range s.Ports {
+				for _, sn := range p.Net.Subnets {
+					ok = ok || sn.Prefix.Contains(nh)
+				}
+			}
+			if !ok {
+				r.fail(rpath, ss.Name, "nexthop %s is on none of the server's networks", nh)
+			}
+			s.Routes = append(s.Routes, Route{Dst: d.Masked(), NextHop: nh})
+		}
+	}
+}
+
+type fipReq struct {
+	path, obj string
+	spec      FIPSpec
+	port      *Port
+	fixed     netip.Addr // LB VIP; else the port's first IPv4
+}
+
+func (r *resolver) lbs() {
+	c := r.c
+	for i, ls := range r.t.LoadBalancers {
+		path := fmt.Sprintf("loadbalancers[%d]", i)
+		if !nameRE.MatchString(ls.Name) || len(ls.Name) > 20 {
+			r.fail(path, ls.Name, "load balancer name must match %s and have at most 20 characters", nameRE)
+			continue
+		}
+		if c.lbs[ls.Name] != nil {
+			r.fail(path, ls.Name, "duplicate load balancer name")
+			continue
+		}
+		lb := &LB{Name: ls.Name, ID: uuid("lb", ls.Name), PoolID: uuid("pool", ls.Name), VRID: 10 + i}
+		lb.Project = r.project(path, ls.Name, ls.Project)
+		c.lbs[lb.Name] = lb
+		c.LBs = append(c.LBs, lb)
+		switch strings.ToUpper(ls.Topology) {
+		case "", "SINGLE":
+		case "ACTIVE_STANDBY":
+			lb.ActiveStandby = true
+		default:
+			r.fail(path, ls.Name, "topology %q: use SINGLE or ACTIVE_STANDBY", ls.Topology)
+		}
+		lb.Protocol = strings.ToUpper(ls.Listener.Protocol)
+		if lb.Protocol == "" {
+			lb.Protocol = "HTTP"
+		}
+		if lb.Protocol != "HTTP" && lb.Protocol != "TCP" {
+			r.fail(path, ls.Name, "listener protocol %q: use HTTP or TCP", ls.Listener.Protocol)
+		}
+		lb.ListenPort = ls.Listener.Port
+		if lb.ListenPort == 0 {
+			lb.ListenPort = 80
+		}
+		vnet := r.network(path+".vip", ls.Name, ls.VIP.Network)
+		if vnet == nil {
+			continue
+		}
+		if vnet.External {
+			r.fail(path+".vip", ls.Name, "VIP on external network %s is not modelled; put the VIP on a tenant network and give it a floating_ip", vnet.Name)
+			continue
+		}
+		vip := r.newPort("vip/"+lb.Name, vnet, "Octavia", "lb-"+lb.ID, lb.Project)
+		vip.Name = "octavia-lb-" + lb.ID
+		lb.VIPPort = vip
+		if ls.VIP.Address != "" {
+			r.parseAddrs(path+".vip", "load balancer "+lb.Name+" VIP", vip, []string{ls.VIP.Address})
+		} else {
+			r.pending = append(r.pending, pendingAlloc{p: vip, v4only: true, obj: "load balancer " + lb.Name + " VIP"})
+		}
+		n := 1
+		if lb.ActiveStandby {
+			n = 2
+		}
+		// Member networks other than the VIP network get an extra
+		// amphora port each (Octavia plugs the amphora there).
+		var memberNets []*Network
+		for j, ms := range ls.Members {
+			mpath := fmt.Sprintf("%s.members[%d]", path, j)
+			s := c.servers[ms.Server]
+			if s == nil {
+				r.fail(mpath, ls.Name, "member server %q is not defined", ms.Server)
+				continue
+			}
+			var port *Port
+			for _, p := range s.Ports {
+				if ms.Network == "" || p.Net.Name == ms.Network {
+					port = p
+					break
+				}
+			}
+			if port == nil {
+				r.fail(mpath, ls.Name, "server %s has no port on network %s", s.Name, ms.Network)
+				continue
+			}
+			m := &Member{ID: uuid("member", lb.Name, strconv.Itoa(j)), Server: s, Port: port, ProtocolPort: ms.Port}
+			if m.ProtocolPort == 0 {
+				m.ProtocolPort = HTTPPort
+			}
+			lb.Members = append(lb.Members, m)
+			if port.Net != vnet && !slices.Contains(memberNets, port.Net) {
+				memberNets = append(memberNets, port.Net)
+			}
+		}
+		for k := 1; k <= n; k++ {
+			a := &Amphora{ID: uuid("amphora", lb.Name, strconv.Itoa(k)), ComputeID: uuid("amphora-vm", lb.Name, strconv.Itoa(k)),
+				Name: fmt.Sprintf("%s-amphora-%d", lb.Name, k), LB: lb, NS: c.ns("amp", fmt.Sprintf("%s-%d", lb.Name, k)), Role: "STANDALONE"}
+			if lb.ActiveStandby {
+				a.Role = map[int]string{1: "MASTER", 2: "BACKUP"}[k]
+			}
+			nets := append([]*Network{c.MgmtNet, vnet}, memberNets...)
+			for e, net := range nets {
+				proj := c.ServiceProject
+				p := r.newPort(fmt.Sprintf("amphora/%s/%d/%s", lb.Name, k, net.Name), net, "compute:nova", a.ComputeID, proj)
+				p.instance = true
+				p.HostDev, p.NS, p.Dev = "tap"+p.ID[:11], a.NS, "eth"+strconv.Itoa(e)
+				switch e {
+				case 0:
+					p.Name = "amphora-mgmt"
+					a.Mgmt = p
+				case 1:
+					p.Name = "octavia-lb-vrrp-" + a.ID
+					a.VRRP = p
+				}
+				r.pending = append(r.pending, pendingAlloc{p: p, v4only: true, obj: "amphora " + a.Name})
+				a.Ports = append(a.Ports, p)
+			}
+			lb.Amphorae = append(lb.Amphorae, a)
+		}
+		if ls.FloatingIP.Network != "" {
+			r.fipSpecs = append(r.fipSpecs, fipReq{path: path, obj: ls.Name, spec: ls.FloatingIP, port: vip})
+		}
+	}
+}
+
+func (r *resolver) fips() {
+	c := r.c
+	for _, req := range r.fipSpecs {
+		n := r.network(req.path+".floating_ip", req.obj, req.spec.Network)
+		if n == nil {
+			continue
+		}
+		if !n.External {
+			r.fail(req.path+".floating_ip", req.obj, "floating IP network %s is not external", n.Name)
+			continue
+		}
+		var rt *Router
+		for _, x := range c.Routers {
+			if x.Gateway != n {
+				continue
+			}
+			for _, ifc := range x.Ifaces {
+				if ifc.Net == req.port.Net {
+					rt = x
+				}
+			}
+			if rt != nil {
+				break
+			}
+		}
+		if rt == nil {
+			r.fail(req.path+".floating_ip", req.obj, "no router has gateway %s and an interface on %s; add one (Neutron refuses such a floating IP too)", n.Name, req.port.Net.Name)
+			continue
+		}
+		f := &FIP{ID: uuid("fip", req.port.ID, n.Name), Net: n, Port: req.port, Router: rt}
+		f.Holder = r.newPort("fip/"+f.ID, n, "network:floatingip", f.ID, req.port.Project)
+		if req.spec.Address != "" {
+			r.parseAddrs(req.path+".floating_ip", req.obj+" floating IP", f.Holder, []string{req.spec.Address})
+		} else {
+			r.pending = append(r.pending, pendingAlloc{p: f.Holder, v4only: true, obj: req.obj + " floating IP"})
+		}
+		if req.port.FIP != nil {
+			r.fail(req.path+".floating_ip", req.obj, "a port has one floating IP at most")
+			continue
+		}
+		req.port.FIP = f
+		rt.FIPs = append(rt.FIPs, f)
+		c.FIPs = append(c.FIPs, f)
+	}
+}
+
+// allocate gives addresses to everything that asked for one, in
+// declaration order, from host .10 (IPv4) or ::10 (IPv6) upwards.
+func (r *resolver) allocate() {
+	for _, pa := range r.pending {
+		subnets := pa.p.Net.Subnets
+		if pa.sn != nil {
+			subnets = []*Subnet{pa.sn}
+		}
+		got := false
+		for _, sn := range subnets {
+			if pa.v4only && !sn.Prefix.Addr().Is4() {
+				continue
+			}
+			if pa.v4only && got {
+				break
+			}
+			a, ok := sn.alloc(pa.obj)
+			if !ok {
+				r.fail("networks", pa.p.Net.Name, "subnet %s is full (allocating for %s)", sn.Prefix, pa.obj)
+				continue
+			}
+			pa.p.IPs = append(pa.p.IPs, FixedIP{Subnet: sn, Addr: a})
+			got = true
+		}
+		if !got {
+			r.fail("networks", pa.p.Net.Name, "no IPv4 subnet to allocate from for %s", pa.obj)
+		}
+	}
+	// Floating IPs and VIPs are known now.
+	for _, f := range r.c.FIPs {
+		f.Addr = f.Holder.V4()
+		f.Fixed = f.Port.V4()
+		if !f.Fixed.IsValid() {
+			r.fail("floatingips", f.Port.Name, "the port of a floating IP needs an IPv4 address")
+		}
+	}
+	for _, lb := range r.c.LBs {
+		lb.VIP = lb.VIPPort.V4()
+		if len(lb.VIPPort.IPs) > 0 {
+			lb.VIPSubnet = lb.VIPPort.IPs[0].Subnet
+		}
+		for _, a := range lb.Amphorae {
+			a.VRRP.AddrPairs = []netip.Addr{lb.VIP}
+		}
+		for _, m := range lb.Members {
+			m.Addr = m.Port.V4()
+			for _, ip := range m.Port.IPs {
+				if ip.Addr == m.Addr {
+					m.Subnet = ip.Subnet
+				}
+			}
+		}
+	}
+}
+
+func (sn *Subnet) alloc(obj string) (netip.Addr, bool) {
+	size := uint64(1) << min(uint(sn.Prefix.Addr().BitLen()-sn.Prefix.Bits()), 20)
+	for ; sn.next < size-1; sn.next++ {
+		a := hostAddr(sn.Prefix, sn.next)
+		if _, taken := sn.used[a]; taken || a == sn.Gateway {
+			continue
+		}
+		sn.used[a] = obj
+		sn.next++
+		return a, true
+	}
+	return netip.Addr{}, false
+}
+
+// checkUnique guards what the kernel needs unique: MACs on a bridge, tap
+// names, and the names of namespaces.
+func (r *resolver) checkUnique() {
+	macs := map[string]*Port{}
+	devs := map[string]bool{}
+	for _, p := range r.c.Ports {
+		if p.HostDev == "" {
+			continue
+		}
+		if o := macs[p.MAC.String()]; o != nil {
+			r.fail("servers", p.Name, "MAC %s is used by two ports (%s and %s)", p.MAC, o.ID, p.ID)
+		}
+		macs[p.MAC.String()] = p
+		if devs[p.HostDev] {
+			r.fail("servers", p.Name, "device name %s is not unique; rename an object", p.HostDev)
+		}
+		devs[p.HostDev] = true
+	}
+	seen := map[string]bool{}
+	for _, ns := range r.c.Namespaces() {
+		if seen[ns] {
+			r.fail("servers", ns, "namespace name %s is used twice; rename an object", ns)
+		}
+		seen[ns] = true
+	}
+}

@@ -1,0 +1,254 @@
+package lab_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	labfiles "github.com/tapflow/tapflow/deploy/lab"
+	"github.com/tapflow/tapflow/internal/app"
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/lab"
+)
+
+// The acceptance suite runs every scenario of deploy/lab/scenarios on real
+// namespaces, real HAProxy/keepalived/nftables and real traffic: packets
+// on taps → eBPF → enrich → NATS → Parquet, then the expected table and
+// byte-exact conservation are checked from the Parquet files.
+//
+// The test binary is its own helper: re-executed (inside namespaces) with
+// helperEnv set, it is `tapflow lab serve|send`, or `tapflow run` (the
+// same config.Load + app.RunAll as the CLI, race detector included).
+
+const helperEnv = "TAPFLOW_LAB_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helper(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func helper(args []string) int {
+	if len(args) == 0 || args[0] != "run" {
+		return lab.HelperMain(args, os.Stdout, os.Stderr)
+	}
+	fset := flag.NewFlagSet("run", flag.ContinueOnError)
+	path := fset.String("config", "", "")
+	if err := fset.Parse(args[1:]); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log := obs.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.RunAll(ctx, cfg, log); err != nil {
+		log.Error("tapflow run failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func self(t *testing.T) lab.Command {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab.Command{Path: exe, Env: []string{helperEnv + "=1"}}
+}
+
+// requireLab skips unless the suite can run: root, not -short, and the
+// Debian packages (installed here when missing, idempotently).
+func requireLab(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the lab suite needs root, network namespaces and real traffic")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces and attach eBPF (run make test-e2e as root)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := lab.InstallPackages(ctx, &out); err != nil {
+		t.Skipf("lab packages unavailable: %v", err)
+	}
+}
+
+func prefix(t *testing.T) string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	p := "tfe" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		if _, err := lab.Teardown(context.Background(), p, "", slog.New(slog.DiscardHandler)); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+	})
+	return p
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	if testing.Verbose() {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+// TestScenarios is the acceptance suite: one subtest per scenario file.
+// Run one with -run 'TestScenarios/octavia-lb-attribution'.
+func TestScenarios(t *testing.T) {
+	requireLab(t)
+	names, err := lab.ListScenarios(labfiles.FS, "scenarios")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	start, ran := time.Now(), 0
+	for _, n := range names {
+		name := strings.TrimSuffix(filepath.Base(n), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			ran++
+			sc, err := lab.LoadScenario(labfiles.FS, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := self(t)
+			out, err := lab.RunScenario(ctx, sc, lab.RunOptions{
+				Prefix: prefix(t), StateDir: t.TempDir(), Helper: cmd, Tapflow: cmd, DataDir: t.TempDir(), Logger: testLogger(t),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			out.Print(&buf)
+			t.Log(buf.String())
+			if n := out.Failed(); n > 0 {
+				t.Errorf("%d check(s) failed (see the table and checks above)", n)
+			}
+			if out.Conservation.Unattributed > 0 {
+				t.Errorf("%d records carry metadata_version 0 (attributed before the inventory loaded)", out.Conservation.Unattributed)
+			}
+		})
+	}
+	t.Logf("suite: %d scenarios in %s", ran, time.Since(start).Round(time.Second))
+}
+
+// TestFailedUpLeavesNothing: a lab whose servers cannot start is removed
+// entirely by Up itself.
+func TestFailedUpLeavesNothing(t *testing.T) {
+	requireLab(t)
+	data, _ := fs.ReadFile(labfiles.FS, "basic.yaml")
+	p := prefix(t)
+	state := filepath.Join(t.TempDir(), "state")
+	l, err := lab.New(data, "basic.yaml", lab.Options{Prefix: p, StateDir: state, Helper: lab.Command{Path: "/bin/false"}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Up(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
+		t.Fatalf("Up = %v, want a server that exited", err)
+	}
+	if ns, _ := lab.ListNamespaces(p); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state directory left behind: %v", err)
+	}
+}
+
+// TestDownAfterCrash: with only the prefix (the state directory lost, the
+// process that built the lab gone), down ends every process and removes
+// every namespace; the host's own interfaces are untouched.
+func TestDownAfterCrash(t *testing.T) {
+	requireLab(t)
+	before, _ := os.ReadDir("/sys/class/net")
+	data, _ := fs.ReadFile(labfiles.FS, "demo.yaml")
+	p := prefix(t)
+	state := filepath.Join(t.TempDir(), "state")
+	l, err := lab.New(data, "demo.yaml", lab.Options{Prefix: p, StateDir: state, Helper: self(t), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	ready, _ := os.ReadDir(filepath.Join(state, "ready"))
+	for _, e := range ready {
+		b, _ := os.ReadFile(filepath.Join(state, "ready", e.Name()))
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) < 5 {
+		t.Fatalf("only %d servers ready", len(pids))
+	}
+	os.RemoveAll(state) // the crash lost the state
+	names, err := lab.Teardown(context.Background(), p, "", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(l.Cloud.Namespaces()) {
+		t.Errorf("removed %d namespaces, the lab had %d", len(names), len(l.Cloud.Namespaces()))
+	}
+	if ns, _ := lab.ListNamespaces(p); len(ns) > 0 {
+		t.Errorf("namespaces left: %v", ns)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, pid := range pids {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z") {
+			t.Errorf("server pid %d still runs", pid)
+		}
+	}
+	after, _ := os.ReadDir("/sys/class/net")
+	if len(after) != len(before) {
+		t.Errorf("host interfaces changed: %d before, %d after", len(before), len(after))
+	}
+}
+
+// TestPreflightMissingPackages: without haproxy/keepalived on PATH, Up
+// refuses with the install command (and creates nothing).
+func TestPreflightMissingPackages(t *testing.T) {
+	data, _ := fs.ReadFile(labfiles.FS, "demo.yaml")
+	l, err := lab.New(data, "demo.yaml", lab.Options{Prefix: "tfpre", Helper: lab.Command{Path: "/bin/true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	err = l.Preflight()
+	want := "install the Debian packages: apt-get install -y iproute2 nftables haproxy keepalived"
+	if os.Geteuid() != 0 {
+		want = "needs root"
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Preflight = %v, want it to say %q", err, want)
+	}
+}

@@ -1,0 +1,483 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/schemas"
+)
+
+// Scenario is an acceptance scenario declared as data
+// (deploy/lab/scenarios/*.yaml): a topology, steps, and the expected
+// tenant × zone × direction table.
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Catalogue names the reference scenario(s) this one covers.
+	Catalogue string `yaml:"catalogue"`
+	// Topology is a topology file relative to the scenario's directory.
+	Topology string   `yaml:"topology"`
+	Steps    []Step   `yaml:"steps"`
+	Expect   []Expect `yaml:"expect"`
+	// Noise is the largest total any (tenant, zone, direction,
+	// external_network) group no expectation covers may reach (default
+	// 64KiB: ARP-free IP chatter such as neighbour discovery and VRRP).
+	Noise units.ByteSize `yaml:"noise"`
+
+	topoData []byte
+	topoName string
+}
+
+// Step is one action; exactly one field is set.
+type Step struct {
+	// Drive runs transfers in parallel and waits for them.
+	Drive []Transfer `yaml:"drive"`
+	// Start runs transfers in the background; a later `wait: true` joins.
+	Start []Transfer     `yaml:"start"`
+	Wait  bool           `yaml:"wait"`
+	Sleep units.Duration `yaml:"sleep"`
+	// Add / Remove put a server's ports into / take them out of the
+	// inventory file (as creating / deleting the server would).
+	Add    string `yaml:"add"`
+	Remove string `yaml:"remove"`
+	// Failover stops keepalived on the amphora holding the VIP of this
+	// load balancer and waits for the other to take it.
+	Failover string `yaml:"failover"`
+}
+
+func (s Step) String() string {
+	switch {
+	case len(s.Drive) > 0:
+		return fmt.Sprintf("drive %v", s.Drive)
+	case len(s.Start) > 0:
+		return fmt.Sprintf("start %v", s.Start)
+	case s.Wait:
+		return "wait"
+	case s.Sleep > 0:
+		return "sleep " + s.Sleep.String()
+	case s.Add != "":
+		return "add " + s.Add
+	case s.Remove != "":
+		return "remove " + s.Remove
+	case s.Failover != "":
+		return "failover " + s.Failover
+	}
+	return "(empty step)"
+}
+
+// Expect is one expected total: the records matching every field set
+// (tenant by project name or "unknown"; lb by name; server by server or
+// amphora name) sum to at least Min and at most Max bytes. Bytes is the
+// payload shorthand: Min = Bytes, Max = 1.15 × Bytes + 64 KiB.
+type Expect struct {
+	Tenant          string          `yaml:"tenant"`
+	Zone            string          `yaml:"zone"`
+	Dir             string          `yaml:"dir"`
+	ExternalNetwork string          `yaml:"external_network"`
+	LB              string          `yaml:"lb"`
+	LBSegment       *int            `yaml:"lb_segment"`
+	Server          string          `yaml:"server"`
+	Bytes           units.ByteSize  `yaml:"bytes"`
+	Min             *units.ByteSize `yaml:"min"`
+	Max             *units.ByteSize `yaml:"max"`
+}
+
+func (e Expect) String() string {
+	var parts []string
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	add("tenant", e.Tenant)
+	add("zone", e.Zone)
+	add("dir", e.Dir)
+	add("external_network", e.ExternalNetwork)
+	add("lb", e.LB)
+	if e.LBSegment != nil {
+		add("lb_segment", fmt.Sprint(*e.LBSegment))
+	}
+	add("server", e.Server)
+	if len(parts) == 0 {
+		return "all records"
+	}
+	return strings.Join(parts, " ")
+}
+
+// bounds returns the byte bounds (max -1: none).
+func (e Expect) bounds() (lo, hi int64) {
+	hi = -1
+	if e.Bytes > 0 {
+		lo, hi = int64(e.Bytes), int64(float64(e.Bytes)*1.15)+64<<10
+	}
+	if e.Min != nil {
+		lo = int64(*e.Min)
+	}
+	if e.Max != nil {
+		hi = int64(*e.Max)
+	}
+	return lo, hi
+}
+
+// LoadScenario reads a scenario and its topology from fsys.
+func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
+	data, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		return nil, fmt.Errorf("lab scenario: %w", err)
+	}
+	sc := &Scenario{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(sc); err != nil {
+		return nil, fmt.Errorf("lab scenario %s: %w", name, err)
+	}
+	if sc.Name == "" {
+		sc.Name = strings.TrimSuffix(path.Base(name), path.Ext(name))
+	}
+	if sc.Topology == "" {
+		return nil, fmt.Errorf("lab scenario %s: topology: missing; name a topology file", name)
+	}
+	sc.topoName = path.Join(path.Dir(name), sc.Topology)
+	if sc.topoData, err = fs.ReadFile(fsys, sc.topoName); err != nil {
+		return nil, fmt.Errorf("lab scenario %s: topology: %w", name, err)
+	}
+	if sc.Noise == 0 {
+		sc.Noise = 64 << 10
+	}
+	for i, s := range sc.Steps {
+		n := 0
+		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != ""} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover", name, i)
+		}
+	}
+	// Resolve now, so a bad name fails before anything is built.
+	l, err := New(sc.topoData, sc.topoName, Options{Prefix: "check"})
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range sc.Steps {
+		for _, t := range append(slices.Clone(s.Drive), s.Start...) {
+			if _, err := l.resolve(t); err != nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: %w", name, i, err)
+			}
+		}
+		for _, srv := range []string{s.Add, s.Remove} {
+			if srv != "" && l.Cloud.Server(srv) == nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: no server %q", name, i, srv)
+			}
+		}
+		if s.Failover != "" && l.Cloud.LB(s.Failover) == nil {
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: no load balancer %q", name, i, s.Failover)
+		}
+	}
+	for i, e := range sc.Expect {
+		if _, err := l.Cloud.matcher(e); err != nil {
+			return nil, fmt.Errorf("lab scenario %s: expect[%d]: %w", name, i, err)
+		}
+	}
+	return sc, nil
+}
+
+// ListScenarios lists the *.yaml scenario files in dir of fsys.
+func ListScenarios(fsys fs.FS, dir string) ([]string, error) {
+	m, err := fs.Glob(fsys, path.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(m)
+	return m, nil
+}
+
+// matcher compiles an expectation against the cloud's names.
+func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
+	var tenant, lb, server string
+	if e.Tenant != "" {
+		switch p := c.Project(e.Tenant); {
+		case e.Tenant == "unknown":
+			tenant = "unknown"
+		case p == nil:
+			return nil, fmt.Errorf("tenant %q is not a project of the topology (or unknown)", e.Tenant)
+		default:
+			tenant = p.ID
+		}
+	}
+	if e.LB != "" {
+		l := c.LB(e.LB)
+		if l == nil {
+			return nil, fmt.Errorf("no load balancer %q", e.LB)
+		}
+		lb = l.ID
+	}
+	if e.Server != "" {
+		if s := c.Server(e.Server); s != nil {
+			server = s.ID
+		} else if a := c.Amphora(e.Server); a != nil {
+			server = a.ComputeID
+		} else {
+			return nil, fmt.Errorf("no server or amphora %q", e.Server)
+		}
+	}
+	if e.Dir != "" && e.Dir != "tx" && e.Dir != "rx" {
+		return nil, fmt.Errorf("dir %q: use tx or rx", e.Dir)
+	}
+	return func(f *schemas.Flow) bool {
+		return (tenant == "" || f.TenantID == tenant) && (e.Zone == "" || f.Zone == e.Zone) &&
+			(e.Dir == "" || f.Direction == e.Dir) && (e.ExternalNetwork == "" || f.ExternalNetwork == e.ExternalNetwork) &&
+			(lb == "" || f.LBID == lb) && (e.LBSegment == nil || int(f.LBSegment) == *e.LBSegment) &&
+			(server == "" || f.ServerID == server)
+	}, nil
+}
+
+// Check is one evaluated assertion.
+type Check struct {
+	What   string
+	Got    int64
+	Lo, Hi int64 // Hi -1: no upper bound
+	OK     bool
+	Note   string
+}
+
+func (c Check) String() string {
+	verdict := "ok  "
+	if !c.OK {
+		verdict = "FAIL"
+	}
+	bound := fmt.Sprintf("≥ %s", human(c.Lo))
+	if c.Hi >= 0 {
+		bound += fmt.Sprintf(", ≤ %s", human(c.Hi))
+	}
+	s := fmt.Sprintf("%s %-60s %12d B  (%s)", verdict, c.What, c.Got, bound)
+	if c.Note != "" {
+		s += "  " + c.Note
+	}
+	return s
+}
+
+// Outcome is what a scenario run found.
+type Outcome struct {
+	Scenario     string
+	Table        []Row
+	Checks       []Check
+	Conservation Conservation
+	Problems     []string // WARN/ERROR lines of tapflow's log
+	UpTime       time.Duration
+	RunTime      time.Duration
+	Total        time.Duration
+	DataDir      string
+}
+
+// Failed counts failed checks (conservation included).
+func (o *Outcome) Failed() int {
+	n := 0
+	for _, c := range o.Checks {
+		if !c.OK {
+			n++
+		}
+	}
+	if !o.Conservation.OK() {
+		n++
+	}
+	return n
+}
+
+// Print writes the table, the checks and conservation.
+func (o *Outcome) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n== scenario %s: tenant × zone × direction × external_network (from %s/flows)\n", o.Scenario, o.DataDir)
+	PrintTable(w, o.Table)
+	fmt.Fprintln(w, "\nchecks:")
+	for _, c := range o.Checks {
+		fmt.Fprintln(w, "  "+c.String())
+	}
+	fmt.Fprintf(w, "conservation: %s\n", o.Conservation)
+	if len(o.Problems) > 0 {
+		fmt.Fprintf(w, "tapflow log warnings (%d):\n", len(o.Problems))
+		for i, p := range o.Problems {
+			if i == 5 {
+				fmt.Fprintf(w, "  …\n")
+				break
+			}
+			fmt.Fprintln(w, "  "+p)
+		}
+	}
+	verdict := "PASS"
+	if o.Failed() > 0 {
+		verdict = fmt.Sprintf("FAIL (%d)", o.Failed())
+	}
+	fmt.Fprintf(w, "%s %s — lab up %s, run %s, total %s\n", verdict, o.Scenario, o.UpTime.Round(time.Millisecond),
+		o.RunTime.Round(time.Millisecond), o.Total.Round(time.Millisecond))
+}
+
+// Evaluate checks flows against the scenario's expectations and noise
+// bound.
+func (sc *Scenario) Evaluate(c *Cloud, flows []schemas.Flow) []Check {
+	var out []Check
+	type gk struct{ t, z, d, e string }
+	covered := map[gk]bool{}
+	groups := map[gk]int64{}
+	for i := range flows {
+		f := &flows[i]
+		groups[gk{f.TenantID, f.Zone, f.Direction, f.ExternalNetwork}] += f.Bytes
+	}
+	for _, e := range sc.Expect {
+		match, err := c.matcher(e)
+		if err != nil {
+			out = append(out, Check{What: e.String(), Note: err.Error()})
+			continue
+		}
+		var sum int64
+		for i := range flows {
+			if match(&flows[i]) {
+				sum += flows[i].Bytes
+				f := &flows[i]
+				covered[gk{f.TenantID, f.Zone, f.Direction, f.ExternalNetwork}] = true
+			}
+		}
+		lo, hi := e.bounds()
+		out = append(out, Check{What: e.String(), Got: sum, Lo: lo, Hi: hi, OK: sum >= lo && (hi < 0 || sum <= hi)})
+	}
+	keys := make([]gk, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b gk) int {
+		return strings.Compare(a.t+a.z+a.d+a.e, b.t+b.z+b.d+b.e)
+	})
+	for _, k := range keys {
+		if covered[k] {
+			continue
+		}
+		// A group no expectation matched: noise, bounded.
+		b := groups[k]
+		ok := b <= int64(sc.Noise)
+		name := fmt.Sprintf("unexpected tenant=%s zone=%s dir=%s external_network=%s", c.tenantName(k.t), k.z, k.d, k.e)
+		if !ok || b > 0 {
+			out = append(out, Check{What: name, Got: b, Lo: 0, Hi: int64(sc.Noise), OK: ok})
+		}
+	}
+	return out
+}
+
+// RunOptions configure RunScenario.
+type RunOptions struct {
+	Prefix   string
+	StateDir string
+	Helper   Command // `serve` / `send`
+	Tapflow  Command // `run --config FILE`
+	DataDir  string  // pipeline output (kept after the run)
+	Keep     bool    // leave the lab up afterwards
+	Logger   *slog.Logger
+}
+
+// RunScenario builds the scenario's lab, runs tapflow in it, performs the
+// steps, stops tapflow gracefully, reads the Parquet files and evaluates
+// the expectations and conservation, then tears the lab down (unless
+// Keep). The error reports failures to run; failed checks are in the
+// Outcome.
+func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome, err error) {
+	start := time.Now()
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	l, err := New(sc.topoData, sc.topoName, Options{Prefix: o.Prefix, StateDir: o.StateDir, Helper: o.Helper, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	out = &Outcome{Scenario: sc.Name, DataDir: o.DataDir}
+	if err := l.Up(ctx); err != nil {
+		return nil, err
+	}
+	out.UpTime = time.Since(start)
+	if !o.Keep {
+		defer func() {
+			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}()
+	}
+	runStart := time.Now()
+	p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir})
+	if err != nil {
+		return nil, err
+	}
+	stepErr := l.RunSteps(ctx, sc.Steps)
+	stopErr := p.Stop(context.WithoutCancel(ctx))
+	out.RunTime = time.Since(runStart)
+	if err := errors.Join(stepErr, stopErr); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	flows, err := ReadFlows(p.DataDir())
+	if err != nil {
+		return nil, err
+	}
+	out.Table = l.Cloud.Table(flows)
+	out.Checks = sc.Evaluate(l.Cloud, flows)
+	out.Conservation = CheckConservation(flows, ReadMeters(p.LogPath()))
+	out.Problems = p.Problems()
+	out.Total = time.Since(start)
+	return out, nil
+}
+
+// RunSteps performs scenario steps against a running lab.
+func (l *Lab) RunSteps(ctx context.Context, steps []Step) error {
+	var bg *errgroup.Group
+	for i, s := range steps {
+		l.log.Info("step", "n", i, "step", s.String())
+		var err error
+		switch {
+		case len(s.Drive) > 0:
+			_, err = l.Drive(ctx, s.Drive)
+		case len(s.Start) > 0:
+			if bg == nil {
+				bg = new(errgroup.Group)
+			}
+			ts := s.Start
+			bg.Go(func() error { _, err := l.Drive(ctx, ts); return err })
+		case s.Wait:
+			if bg != nil {
+				err = bg.Wait()
+				bg = nil
+			}
+		case s.Sleep > 0:
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(s.Sleep.D()):
+			}
+		case s.Add != "":
+			err = l.SetPresent(s.Add, true)
+		case s.Remove != "":
+			err = l.SetPresent(s.Remove, false)
+		case s.Failover != "":
+			_, _, err = l.Failover(ctx, s.Failover)
+		}
+		if err != nil {
+			if bg != nil {
+				bg.Wait()
+			}
+			return fmt.Errorf("steps[%d] (%s): %w", i, s, err)
+		}
+	}
+	if bg != nil {
+		return bg.Wait()
+	}
+	return nil
+}

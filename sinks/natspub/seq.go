@@ -23,11 +23,15 @@ type seqAllocator struct {
 
 const seqBlock = 1 << 16
 
-func newSeqAllocator(dir string) (*seqAllocator, error) {
+func newSeqAllocator(dir string) (*seqAllocator, error) { return newSeqAllocatorFile(dir, "batch_seq") }
+
+// newSeqAllocatorFile keeps its reservation in dir/name: one file per
+// sequence (flow batches, meter batches).
+func newSeqAllocatorFile(dir, name string) (*seqAllocator, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("batch sequence: create %s: %w", dir, err)
 	}
-	a := &seqAllocator{path: filepath.Join(dir, "batch_seq")}
+	a := &seqAllocator{path: filepath.Join(dir, name)}
 	start := time.Now().UnixMicro()
 	if b, err := os.ReadFile(a.path); err == nil {
 		v, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)

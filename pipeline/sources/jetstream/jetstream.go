@@ -1,5 +1,7 @@
 // Package jetstream is the collector's pipeline source: a durable pull
-// consumer on TAPFLOW_FLOWS with explicit acks. Each message (one agent
+// consumer with explicit acks on TAPFLOW_FLOWS ([New]) or TAPFLOW_METERS
+// ([NewMeters]; durable "<durable>-meters"), generic over the record type
+// through a [Stream] descriptor. Each message (one agent
 // batch) becomes one pipeline.Batch whose ack acks the message — so a
 // message is acked only when the sink has made its records durable, and
 // nacked (redelivered later) when the sink fails. Messages that do not
@@ -68,14 +70,41 @@ func (c Config) Validate(rollAge time.Duration) error {
 	return e.Err()
 }
 
-// Source is a pipeline.Source reading agent batches from JetStream.
-type Source struct {
+// Stream describes what a source consumes: the stream, its subjects, the
+// dead-letter subject, the consumer name suffix and the record decoder.
+type Stream[T any] struct {
+	Name    string // TAPFLOW_FLOWS
+	Filter  string // subject filter: tapflow.flows.v1.>
+	DLQ     string // dead-letter subject
+	Suffix  string // appended to Config.Durable: "" for flows
+	Decoder *schemas.DecoderOf[T]
+}
+
+// FlowStream is TAPFLOW_FLOWS with flow.v1 records.
+var FlowStream = Stream[schemas.Flow]{
+	Name: natsx.FlowsStream, Filter: natsx.FlowsSubjectRoot + ".>", DLQ: natsx.DLQFlowsSubject,
+	Decoder: schemas.NewDecoder(),
+}
+
+// MeterStream is TAPFLOW_METERS with meter.v1 records; its consumer is
+// "<durable>-meters".
+var MeterStream = Stream[schemas.Meter]{
+	Name: natsx.MetersStream, Filter: natsx.MetersSubjectRoot + ".>", DLQ: natsx.DLQMetersSubject, Suffix: "-meters",
+	Decoder: schemas.NewDecoderFor(schemas.MeterTable),
+}
+
+// Source is a pipeline.Source reading agent flow batches from JetStream.
+type Source = SourceOf[schemas.Flow]
+
+// SourceOf is a pipeline.SourceOf[T] reading agent batches from JetStream.
+type SourceOf[T any] struct {
 	cfg     Config
+	st      Stream[T]
+	durable string
 	js      jetstream.JetStream
 	drain   bool
 	drainTO time.Duration
 	log     *slog.Logger
-	dec     *schemas.Decoder
 	m       metrics
 }
 
@@ -98,8 +127,23 @@ type Options struct {
 	Registry     prometheus.Registerer
 }
 
-// New validates; it starts nothing. AckWait must already be resolved.
+// New returns the flow source: NewFor(js, FlowStream, cfg, opts).
 func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
+	return NewFor(js, FlowStream, cfg, opts)
+}
+
+// NewMeters returns the meter source: NewFor(js, MeterStream, cfg, opts).
+func NewMeters(js jetstream.JetStream, cfg Config, opts Options) (*SourceOf[schemas.Meter], error) {
+	return NewFor(js, MeterStream, cfg, opts)
+}
+
+// NewFor validates; it starts nothing. AckWait must already be resolved.
+// Metrics are labelled stream=<st.Name>, so sources of several streams
+// share a registry.
+func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Options) (*SourceOf[T], error) {
+	if st.Name == "" || st.Filter == "" || st.DLQ == "" || st.Decoder == nil {
+		return nil, fmt.Errorf("jetstream source: incomplete stream description %+v", st)
+	}
 	if cfg.AckWait.D() <= 0 {
 		return nil, errors.New("jetstream source: ack_wait must be resolved before New")
 	}
@@ -109,14 +153,16 @@ func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = time.Minute
 	}
-	s := &Source{cfg: cfg, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
-		log: opts.Logger.With("component", "jetstream-source", "durable", cfg.Durable), dec: schemas.NewDecoder()}
+	durable := cfg.Durable + st.Suffix
+	s := &SourceOf[T]{cfg: cfg, st: st, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
+		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable)}
+	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
-		messages:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", Help: "Messages fetched from TAPFLOW_FLOWS."}),
-		corrupt:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", Help: "Messages that failed to decode and went to the dead-letter subject."}),
-		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
-		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", Help: "Messages nacked because the sink could not commit them."}),
-		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", Help: "Messages in the stream not yet delivered to this consumer."}),
+		messages:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
+		corrupt:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", ConstLabels: l, Help: "Messages that failed to decode and went to the dead-letter subject."}),
+		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", ConstLabels: l, Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
+		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
+		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
 	}
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.dlqErrors, s.m.naks, s.m.pending)
@@ -125,29 +171,29 @@ func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
 }
 
 // Name implements pipeline.Source.
-func (s *Source) Name() string { return "consume" }
+func (s *SourceOf[T]) Name() string { return "consume" }
 
 // Consumer creates or updates the durable consumer (idempotent).
-func (s *Source) consumer(ctx context.Context) (jetstream.Consumer, error) {
+func (s *SourceOf[T]) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := s.js.CreateOrUpdateConsumer(cctx, natsx.FlowsStream, jetstream.ConsumerConfig{
-		Durable:       s.cfg.Durable,
+	c, err := s.js.CreateOrUpdateConsumer(cctx, s.st.Name, jetstream.ConsumerConfig{
+		Durable:       s.durable,
 		Description:   "tapflow collector: Parquet writer, acks after file commit",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.cfg.AckWait.D(),
 		MaxAckPending: s.cfg.MaxAckPending,
-		FilterSubject: natsx.FlowsSubjectRoot + ".>",
+		FilterSubject: s.st.Filter,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s on %s: %w", s.cfg.Durable, natsx.FlowsStream, err)
+		return nil, fmt.Errorf("create consumer %s on %s: %w", s.durable, s.st.Name, err)
 	}
 	return c, nil
 }
 
 // Run implements pipeline.Source.
-func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
+func (s *SourceOf[T]) Run(ctx context.Context, out chan<- *pipeline.BatchOf[T]) error {
 	var cons jetstream.Consumer
 	delay := time.Second
 	for {
@@ -189,7 +235,7 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 
 // fetch pulls one round of messages and forwards them; it returns how many
 // it got.
-func (s *Source) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- *pipeline.Batch, wait time.Duration) int {
+func (s *SourceOf[T]) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- *pipeline.BatchOf[T], wait time.Duration) int {
 	batch, err := cons.Fetch(s.cfg.FetchBatch, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		s.log.Warn("fetch failed", "err", err)
@@ -216,13 +262,13 @@ func (s *Source) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- 
 	return n
 }
 
-func (s *Source) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<- *pipeline.Batch) {
-	recs, err := s.dec.Decode(nil, msg.Data())
+func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<- *pipeline.BatchOf[T]) {
+	recs, err := s.st.Decoder.Decode(nil, msg.Data())
 	if err != nil {
 		s.deadLetter(msg, md.Sequence.Stream, err)
 		return
 	}
-	b := pipeline.NewBatch(recs, func(err error) {
+	b := pipeline.NewBatchOf(recs, func(err error) {
 		if err == nil {
 			if aerr := msg.Ack(); aerr != nil {
 				// The file is committed; a lost ack means a redelivery the
@@ -242,20 +288,20 @@ func (s *Source) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<
 // deadLetter republishes the raw message with the reason and terminates the
 // original. If the dead-letter publish fails, the original is nacked so it
 // is retried: never lost.
-func (s *Source) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
+func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
 	s.m.corrupt.Inc()
-	s.log.Error("corrupt message moved to dead-letter subject", "subject", msg.Subject(), "stream_seq", seq, "bytes", len(msg.Data()), "dlq", natsx.DLQFlowsSubject, "err", cause)
-	dl := &nats.Msg{Subject: natsx.DLQFlowsSubject, Data: msg.Data(), Header: nats.Header{}}
+	s.log.Error("corrupt message moved to dead-letter subject", "subject", msg.Subject(), "stream_seq", seq, "bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause)
+	dl := &nats.Msg{Subject: s.st.DLQ, Data: msg.Data(), Header: nats.Header{}}
 	dl.Header.Set(natsx.HeaderOrigSubject, msg.Subject())
 	dl.Header.Set(natsx.HeaderOrigSeq, strconv.FormatUint(seq, 10))
 	dl.Header.Set(natsx.HeaderError, cause.Error())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, dl, jetstream.WithMsgID("dlq-"+strconv.FormatUint(seq, 10))); err != nil {
+	if _, err := s.js.PublishMsg(ctx, dl, jetstream.WithMsgID("dlq-"+s.st.Name+"-"+strconv.FormatUint(seq, 10))); err != nil {
 		s.m.dlqErrors.Inc()
 		s.log.Error("dead-letter publish failed; message nacked for retry", "stream_seq", seq, "err", err)
 		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
 		return
 	}
-	_ = msg.TermWithReason("tapflow: corrupt flow batch: " + cause.Error())
+	_ = msg.TermWithReason("tapflow: corrupt batch: " + cause.Error())
 }

@@ -85,6 +85,7 @@ type iface struct {
 	slot   uint32
 	handle *attach.Handle
 	base   [2]bpf.Meter // values at the previous meter record
+	first  [2]bpf.Meter // values when attached: base − first = totals
 	gone   bool
 }
 
@@ -305,6 +306,7 @@ func (c *Capture) attach(index int, name string) {
 			return
 		}
 		ifc.base[d] = m
+		ifc.first[d] = m
 	}
 	if err := c.objs.SetSlot(uint32(index), slot); err != nil {
 		c.log.Error("register interface", "ifname", name, "err", err)
@@ -472,6 +474,15 @@ func (c *Capture) meters(ctx context.Context) error {
 
 // finalMeter returns a released interface's slot.
 func (c *Capture) finalMeter(ifc *iface) {
+	// The interface's whole life in one line per direction, so a run can be
+	// checked for conservation from its log (Σ record bytes = bytes).
+	for d := range 2 {
+		t, f := ifc.base[d], ifc.first[d]
+		c.log.Info("interface meter totals", "ifname", ifc.name, "direction", bpf.Direction(d).String(),
+			"packets", t.Packets-f.Packets, "bytes", t.Bytes-f.Bytes,
+			"lost_packets", t.LostPackets-f.LostPackets, "lost_bytes", t.LostBytes-f.LostBytes,
+			"failed_updates", t.FailedUpdates-f.FailedUpdates, "skipped_non_ip", t.SkippedPackets-f.SkippedPackets)
+	}
 	if err := c.objs.ClearSlot(uint32(ifc.index)); err != nil {
 		c.log.Warn("unregister interface", "ifname", ifc.name, "err", err)
 	}

@@ -12,7 +12,7 @@ import (
 // Meter is one meter.v1 record. Field order, names and types follow the
 // column table in schemas/columns; see docs/schema.md.
 type Meter struct {
-	// TimeStart: start of the interval: the previous meter record's time_end, or when the tap was attached (µs since epoch, UTC).
+	// TimeStart: start of the interval: the agent's previous meter tick, so the previous record's time_end of a tap that was already attached (µs since epoch, UTC).
 	TimeStart int64 `parquet:"time_start,timestamp(microsecond),delta" json:"time_start"`
 	// TimeEnd: end of the interval (µs since epoch, UTC); partitions by this.
 	TimeEnd int64 `parquet:"time_end,timestamp(microsecond),delta" json:"time_end"`

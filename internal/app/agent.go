@@ -10,6 +10,7 @@ import (
 	"github.com/tapflow/tapflow/pipeline"
 	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/natspub"
 	"github.com/tapflow/tapflow/sinks/natspub/spool"
 )
@@ -20,14 +21,17 @@ type agent struct {
 	engine *enrich.Engine
 	sink   pipeline.Sink
 	runner *pipeline.Runner
+	// meters publishes the capture's meter.v1 deltas (source ebpf only).
+	meters *pipeline.RunnerOf[schemas.Meter]
 	rt     *runtime
 }
 
 func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	log := rt.log.With("process", "agent")
 	var (
-		src  pipeline.Source
-		opts []enrich.Option
+		src    pipeline.Source
+		opts   []enrich.Option
+		meters *pipeline.RunnerOf[schemas.Meter]
 	)
 	switch cfg.Source {
 	case "synthetic":
@@ -46,11 +50,18 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		if err := bpf.CheckKernel(); err != nil {
 			return nil, fmt.Errorf("source ebpf: %w", err)
 		}
-		s, err := ebpfsrc.New(cfg.Capture, ebpfsrc.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+		feed, err := ebpfsrc.NewMeterFeed(ebpfsrc.MeterFeedOptions{Node: cfg.Node, Logger: log, Registry: rt.reg})
+		if err != nil {
+			return nil, err
+		}
+		s, err := ebpfsrc.New(cfg.Capture, ebpfsrc.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Meters: feed.Add})
 		if err != nil {
 			return nil, fmt.Errorf("ebpf source: %w", err)
 		}
 		src = s
+		if meters, err = newAgentMeters(cfg, rt, feed, log); err != nil {
+			return nil, fmt.Errorf("meter pipeline: %w", err)
+		}
 	}
 	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
 	if err != nil {
@@ -77,11 +88,12 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	}
 	refresh := eng.Refresh
 	rt.refresh.Store(&refresh)
-	return &agent{source: src, engine: eng, sink: pub, runner: runner, rt: rt}, nil
+	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt}, nil
 }
 
 // Run loads the inventory before the source starts (capture must not run
-// unattributed), keeps it fresh, and runs the pipeline.
+// unattributed), keeps it fresh, and runs the pipeline (and the meter
+// pipeline, which outlives it to publish the capture's last meters).
 func (a *agent) Run(ctx context.Context) error {
 	defer a.engine.Close()
 	if err := a.engine.Load(ctx); err != nil {
@@ -94,5 +106,5 @@ func (a *agent) Run(ctx context.Context) error {
 			a.rt.log.Error("inventory reload loop stopped", "err", err)
 		}
 	}()
-	return a.runner.Run(ctx)
+	return runWithMeters(ctx, a.runner, a.meters)
 }

@@ -34,34 +34,39 @@ import (
 // collector (drains the stream, commits, acks), NATS.
 func RunAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
-		agent, err := newAgent(cfg, rt)
-		if err != nil {
-			return err
-		}
-		collector, err := newCollector(cfg, rt, true)
-		if err != nil {
-			return err
-		}
-		// The collector outlives the agent: it stops only once the agent
-		// has published everything, then drains what is left.
-		collCtx, stopCollector := context.WithCancel(context.Background())
-		defer stopCollector()
-		g := new(errgroup.Group)
-		g.Go(func() error {
-			err := collector.Run(collCtx)
-			if err != nil {
-				return fmt.Errorf("collector: %w", err)
-			}
-			return nil
-		})
-		agentErr := agent.Run(ctx)
-		if agentErr != nil {
-			agentErr = fmt.Errorf("agent: %w", agentErr)
-		}
-		log.Info("agent stopped; collector draining the stream")
-		stopCollector()
-		return errors.Join(agentErr, g.Wait())
+		return runAll(ctx, cfg, rt)
 	})
+}
+
+// runAll is RunAll inside a runtime (tests bring their own).
+func runAll(ctx context.Context, cfg config.Config, rt *runtime) error {
+	agent, err := newAgent(cfg, rt)
+	if err != nil {
+		return err
+	}
+	collector, err := newCollector(cfg, rt, true)
+	if err != nil {
+		return err
+	}
+	// The collector outlives the agent: it stops only once the agent has
+	// published everything, then drains what is left.
+	collCtx, stopCollector := context.WithCancel(context.Background())
+	defer stopCollector()
+	g := new(errgroup.Group)
+	g.Go(func() error {
+		err := collector.Run(collCtx)
+		if err != nil {
+			return fmt.Errorf("collector: %w", err)
+		}
+		return nil
+	})
+	agentErr := agent.Run(ctx)
+	if agentErr != nil {
+		agentErr = fmt.Errorf("agent: %w", agentErr)
+	}
+	rt.log.Info("agent stopped; collector draining the streams")
+	stopCollector()
+	return errors.Join(agentErr, g.Wait())
 }
 
 // RunAgent runs the agent alone.

@@ -9,9 +9,10 @@ import (
 	"github.com/tapflow/tapflow/sinks/parquet"
 )
 
-// newCollector builds consume → Parquet. drain makes a graceful stop
-// consume everything left in the stream first (tapflow run).
-func newCollector(cfg config.Config, rt *runtime, drain bool) (*pipeline.Runner, error) {
+// newCollector builds consume → Parquet for flows and for meters. drain
+// makes a graceful stop consume everything left in the streams first
+// (tapflow run).
+func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error) {
 	log := rt.log.With("process", "collector")
 	src, err := jetstream.New(rt.js, cfg.Collector.Consumer, jetstream.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
@@ -23,7 +24,15 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*pipeline.Runner,
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}
-	return pipeline.NewRunner(pipeline.Config{
+	flows, err := pipeline.NewRunner(pipeline.Config{
 		Name: "collector", EdgeCapacity: cfg.Agent.EdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
 	}, src, nil, sink, rt.pm, log)
+	if err != nil {
+		return nil, err
+	}
+	meters, err := newCollectorMeters(cfg, rt, drain, log)
+	if err != nil {
+		return nil, err
+	}
+	return &collector{flows: flows, meters: meters}, nil
 }

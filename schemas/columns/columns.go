@@ -114,7 +114,7 @@ var FlowV1 = []Column{
 // direction equals Σ meter.v1 bytes (packets) minus lost_bytes
 // (lost_packets).
 var MeterV1 = []Column{
-	{Name: "time_start", GoName: "TimeStart", Kind: Timestamp, Delta: true, Doc: "start of the interval: the previous meter record's time_end, or when the tap was attached (µs since epoch, UTC)"},
+	{Name: "time_start", GoName: "TimeStart", Kind: Timestamp, Delta: true, Doc: "start of the interval: the agent's previous meter tick, so the previous record's time_end of a tap that was already attached (µs since epoch, UTC)"},
 	{Name: "time_end", GoName: "TimeEnd", Kind: Timestamp, Delta: true, Doc: "end of the interval (µs since epoch, UTC); partitions by this"},
 	{Name: "node", GoName: "Node", Kind: String, Dict: true, Doc: "compute host that captured the record"},
 	{Name: "ifname", GoName: "Ifname", Kind: String, Dict: true, Doc: "tap device"},

@@ -87,6 +87,13 @@ type Options struct {
 	Registry *prometheus.Registry
 }
 
+// MeterSchema writes schemas.Meter (meter.v1) under <output>/meters.
+var MeterSchema = Schema[schemas.Meter]{
+	Name:    schemas.MeterSchemaName,
+	Dir:     "meters",
+	TimeEnd: func(m *schemas.Meter) int64 { return m.TimeEnd },
+}
+
 // Sink writes batches of T into hourly partitions of Parquet files and
 // acks every batch once each file holding its records is committed.
 // Sink[schemas.Flow] is a pipeline.Sink; Run is called once.

@@ -66,7 +66,9 @@ var expectations = map[string]expectation{
 		return sumBy(recs, func(r *schemas.Flow) bool {
 			t := time.UnixMicro(r.TimeEnd).UTC()
 			return t.Format(time.DateOnly) == "2026-11-29" && t.Hour() >= 22 && t.Hour() <= 23
-		}, func(r *schemas.Flow) string { return fmt.Sprintf("%d|%s", time.UnixMicro(r.TimeEnd).UTC().Hour(), r.TenantID) }, bytesOf)
+		}, func(r *schemas.Flow) string {
+			return fmt.Sprintf("%d|%s", time.UnixMicro(r.TimeEnd).UTC().Hour(), r.TenantID)
+		}, bytesOf)
 	},
 	"cross_tenant": func(recs []schemas.Flow) []string {
 		rows := sumBy(recs, func(r *schemas.Flow) bool { return r.Zone == "other_tenant" },

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,6 +107,14 @@ type SourceOf[T any] struct {
 	drainTO time.Duration
 	log     *slog.Logger
 	m       metrics
+
+	// held are the messages handed downstream and not yet acked; they
+	// get an in-progress ack every AckWait/3 so JetStream never
+	// redelivers a message this collector still holds (a file waiting to
+	// roll, a full disk, an S3 outage). Only a dead collector's messages
+	// are redelivered.
+	heldMu sync.Mutex
+	held   map[uint64]jetstream.Msg
 }
 
 type metrics struct {
@@ -114,6 +123,8 @@ type metrics struct {
 	dlqErrors prometheus.Counter
 	naks      prometheus.Counter
 	pending   prometheus.Gauge
+	progress  prometheus.Counter
+	heldG     prometheus.Gauge
 }
 
 // Options for New.
@@ -155,7 +166,7 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	}
 	durable := cfg.Durable + st.Suffix
 	s := &SourceOf[T]{cfg: cfg, st: st, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
-		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable)}
+		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]jetstream.Msg{}}
 	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
 		messages:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
@@ -163,9 +174,11 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", ConstLabels: l, Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
 		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
 		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
+		progress:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_in_progress_acks_total", ConstLabels: l, Help: "In-progress acks sent for held messages (keeps JetStream from redelivering them while their file is open or uploading)."}),
+		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 	}
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.dlqErrors, s.m.naks, s.m.pending)
+		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG)
 	}
 	return s, nil
 }
@@ -192,8 +205,13 @@ func (s *SourceOf[T]) consumer(ctx context.Context) (jetstream.Consumer, error) 
 	return c, nil
 }
 
-// Run implements pipeline.Source.
+// Run implements pipeline.Source. While it runs, and afterwards until
+// every message it forwarded is acked or nacked, held messages get an
+// in-progress ack every AckWait/3.
 func (s *SourceOf[T]) Run(ctx context.Context, out chan<- *pipeline.BatchOf[T]) error {
+	hbDone := make(chan struct{})
+	defer close(hbDone)
+	go s.heartbeat(hbDone)
 	var cons jetstream.Consumer
 	delay := time.Second
 	for {
@@ -268,7 +286,16 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		s.deadLetter(msg, md.Sequence.Stream, err)
 		return
 	}
+	seq := md.Sequence.Stream
+	s.heldMu.Lock()
+	s.held[seq] = msg
+	s.m.heldG.Set(float64(len(s.held)))
+	s.heldMu.Unlock()
 	b := pipeline.NewBatchOf(recs, func(err error) {
+		s.heldMu.Lock()
+		delete(s.held, seq)
+		s.m.heldG.Set(float64(len(s.held)))
+		s.heldMu.Unlock()
 		if err == nil {
 			if aerr := msg.Ack(); aerr != nil {
 				// The file is committed; a lost ack means a redelivery the
@@ -283,6 +310,36 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 	b.Seq = int64(md.Sequence.Stream)
 	b.Created = md.Timestamp
 	out <- b // blocking: backpressure
+}
+
+// heartbeat sends in-progress acks for held messages every AckWait/3
+// until runDone is closed and nothing is held any more.
+func (s *SourceOf[T]) heartbeat(runDone <-chan struct{}) {
+	every := max(s.cfg.AckWait.D()/3, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	finished := false
+	for {
+		select {
+		case <-runDone:
+			finished, runDone = true, nil
+		case <-t.C:
+		}
+		s.heldMu.Lock()
+		msgs := make([]jetstream.Msg, 0, len(s.held))
+		for _, m := range s.held {
+			msgs = append(msgs, m)
+		}
+		s.heldMu.Unlock()
+		if finished && len(msgs) == 0 {
+			return
+		}
+		for _, m := range msgs {
+			if err := m.InProgress(); err == nil {
+				s.m.progress.Inc()
+			}
+		}
+	}
 }
 
 // deadLetter republishes the raw message with the reason and terminates the

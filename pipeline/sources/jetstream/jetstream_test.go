@@ -203,3 +203,61 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldMessagesAreNotRedelivered: a batch the sink holds for 4× the
+// ack wait (a file waiting to roll, a full disk, S3 down) is kept alive
+// with in-progress acks: JetStream does not redeliver it.
+func TestHeldMessagesAreNotRedelivered(t *testing.T) {
+	s := natsxtest.Run(t, "")
+	publish(t, s, []int{10, 10})
+	cfg := jetstream.DefaultConfig()
+	cfg.AckWait = units.Duration(time.Second)
+	src, err := jetstream.New(s.JS, cfg, jetstream.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan *pipeline.Batch, 8)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, out) }()
+	var held []*pipeline.Batch
+	seen := map[int64]int{}
+	deadline := time.After(4 * time.Second)
+loop:
+	for {
+		select {
+		case b := <-out:
+			seen[b.Seq]++
+			held = append(held, b)
+		case <-deadline:
+			break loop
+		}
+	}
+	for seq, n := range seen {
+		if n > 1 {
+			t.Errorf("stream seq %d delivered %d times while held", seq, n)
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("got %d distinct messages, want 2", len(seen))
+	}
+	for _, b := range held {
+		b.Ack(nil)
+	}
+	cancel()
+	go func() {
+		for b := range out {
+			b.Ack(nil)
+		}
+	}()
+	<-done
+	close(out)
+	c, _ := s.JS.Consumer(context.Background(), natsx.FlowsStream, cfg.Durable)
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("ack pending %d, redelivered %d; want 0, 0", info.NumAckPending, info.NumRedelivered)
+	}
+}

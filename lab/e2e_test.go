@@ -156,6 +156,9 @@ func TestScenarios(t *testing.T) {
 			if out.Conservation.Unattributed > 0 {
 				t.Errorf("%d records carry metadata_version 0 (attributed before the inventory loaded)", out.Conservation.Unattributed)
 			}
+			if extra := extraChecks[name]; extra != nil {
+				extra(t, out)
+			}
 		})
 	}
 	t.Logf("suite: %d scenarios in %s", ran, time.Since(start).Round(time.Second))
@@ -251,4 +254,44 @@ func TestPreflightMissingPackages(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("Preflight = %v, want it to say %q", err, want)
 	}
+}
+
+// extraChecks prove that a lifecycle scenario exercised what it names,
+// beyond its table: records that left the kernel before the port was
+// known (late binding) or after it was deleted (ghost window).
+var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
+	"late-binding": func(t *testing.T, out *lab.Outcome) {
+		added := out.StepTimes[2].UnixMicro() // steps: start, sleep, add, wait
+		tap := out.Cloud.Server("vm3").Ports[0].HostDev
+		acme := out.Cloud.Project("acme").ID
+		var early, bound int64
+		for _, f := range out.Flows {
+			if f.Ifname == tap && f.Direction == "tx" && f.TimeEnd < added {
+				early += f.Bytes
+				if f.TenantID == acme && f.Zone == "same_tenant" {
+					bound += f.Bytes
+				}
+			}
+		}
+		if early < 512<<10 || bound != early {
+			t.Errorf("vm3 sent %d bytes in records that ended before its port was added; %d of them late-bound to acme/same_tenant (want ≥ 512KiB, all)", early, bound)
+		}
+	},
+	"ghost-window": func(t *testing.T, out *lab.Outcome) {
+		removed := out.StepTimes[2].UnixMicro() // steps: start, sleep, remove, wait
+		tap := out.Cloud.Server("vm2").Ports[0].HostDev
+		acme := out.Cloud.Project("acme").ID
+		var late, kept int64
+		for _, f := range out.Flows {
+			if f.Ifname == tap && f.Direction == "tx" && f.TimeStart > removed {
+				late += f.Bytes
+				if f.TenantID == acme && f.Zone == "same_tenant" {
+					kept += f.Bytes
+				}
+			}
+		}
+		if late < 512<<10 || kept != late {
+			t.Errorf("vm2 sent %d bytes in records that started after its port was removed; %d of them still attributed to acme/same_tenant (want ≥ 512KiB, all)", late, kept)
+		}
+	},
 }

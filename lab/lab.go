@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -36,7 +37,7 @@ type Lab struct {
 	opts  Options
 	dir   string
 	log   *slog.Logger
-	ncmd  int
+	ncmd  atomic.Int64
 	topo  []byte
 
 	mu      sync.Mutex

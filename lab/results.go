@@ -18,8 +18,21 @@ import (
 
 // ReadFlows reads every committed flow.v1 file under dataDir/flows.
 func ReadFlows(dataDir string) ([]schemas.Flow, error) {
-	root := filepath.Join(dataDir, "flows")
-	var out []schemas.Flow
+	return readParquet[schemas.Flow](filepath.Join(dataDir, "flows"))
+}
+
+// ReadMeterRecords reads every committed meter.v1 file under
+// dataDir/meters (none yet: nil).
+func ReadMeterRecords(dataDir string) ([]schemas.Meter, error) {
+	root := filepath.Join(dataDir, "meters")
+	if _, err := os.Stat(root); os.IsNotExist(err) {
+		return nil, nil
+	}
+	return readParquet[schemas.Meter](root)
+}
+
+func readParquet[T any](root string) ([]T, error) {
+	var out []T
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -36,7 +49,7 @@ func ReadFlows(dataDir string) ([]schemas.Flow, error) {
 		if err != nil {
 			return err
 		}
-		rows, err := pq.Read[schemas.Flow](f, st.Size())
+		rows, err := pq.Read[T](f, st.Size())
 		if err != nil {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
@@ -54,6 +67,26 @@ type Meter struct {
 	Ifname, Direction              string
 	Packets, Bytes                 int64
 	LostPackets, LostBytes, Failed int64
+}
+
+// MetersFromRecords sums meter.v1 records per tap and direction.
+func MetersFromRecords(recs []schemas.Meter) map[[2]string]*Meter {
+	out := map[[2]string]*Meter{}
+	for i := range recs {
+		r := &recs[i]
+		k := [2]string{r.Ifname, r.Direction}
+		m := out[k]
+		if m == nil {
+			m = &Meter{Ifname: r.Ifname, Direction: r.Direction}
+			out[k] = m
+		}
+		m.Packets += r.Packets
+		m.Bytes += r.Bytes
+		m.LostPackets += r.LostPackets
+		m.LostBytes += r.LostBytes
+		m.Failed += r.FailedUpdates
+	}
+	return out
 }
 
 // ReadMeters reads the capture's per-interface totals from tapflow's log
@@ -94,6 +127,10 @@ type Conservation struct {
 	RecordsNoTap  []string
 	FlowRecords   int
 	FlowByteTotal int64
+	// Source says where the meters came from: meter.v1 Parquet records
+	// (cross-checked against the log totals when both exist) or the
+	// capture's per-interface totals in tapflow's log.
+	Source string
 }
 
 // OK reports byte-exact conservation with nothing lost and no duplicate.
@@ -102,8 +139,8 @@ func (c Conservation) OK() bool {
 }
 
 func (c Conservation) String() string {
-	s := fmt.Sprintf("%d tap×direction pairs, %d records, Σ %d bytes / %d packets = kernel meters, lost %d, duplicates %d",
-		c.Taps, c.FlowRecords, c.Bytes, c.Packets, c.Lost, c.Duplicates)
+	s := fmt.Sprintf("%d tap×direction pairs, %d records, Σ %d bytes / %d packets = kernel meters (%s), lost %d, duplicates %d",
+		c.Taps, c.FlowRecords, c.Bytes, c.Packets, c.Source, c.Lost, c.Duplicates)
 	if !c.OK() {
 		s = "VIOLATED: " + s
 		for _, m := range c.Mismatches {
@@ -236,4 +273,34 @@ func human(b int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", b)
+}
+
+// RunConservation checks a finished run's Parquet flows against its
+// meters: meter.v1 records under dataDir/meters when the collector wrote
+// any (and then they must also equal the kernel totals in the log), else
+// the totals in the log.
+func RunConservation(flows []schemas.Flow, dataDir, logPath string) (Conservation, error) {
+	fromLog := ReadMeters(logPath)
+	recs, err := ReadMeterRecords(dataDir)
+	if err != nil {
+		return Conservation{}, err
+	}
+	if len(recs) == 0 {
+		c := CheckConservation(flows, fromLog)
+		c.Source = "per-interface totals in tapflow's log"
+		return c, nil
+	}
+	fromRecs := MetersFromRecords(recs)
+	c := CheckConservation(flows, fromRecs)
+	c.Source = fmt.Sprintf("%d meter.v1 records", len(recs))
+	if len(fromLog) > 0 {
+		c.Source += ", = the log's totals"
+		for k, a := range fromLog {
+			b := fromRecs[k]
+			if b == nil || a.Bytes != b.Bytes || a.Packets != b.Packets || a.LostBytes != b.LostBytes {
+				c.Mismatches = append(c.Mismatches, fmt.Sprintf("%s %s: meter.v1 records %+v, kernel totals in the log %+v", k[0], k[1], b, a))
+			}
+		}
+	}
+	return c, nil
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -282,6 +284,11 @@ type Outcome struct {
 	RunTime      time.Duration
 	Total        time.Duration
 	DataDir      string
+	// Flows are the records read back, StepTimes when each step started,
+	// Cloud the resolved topology: for checks beyond the table.
+	Flows     []schemas.Flow
+	StepTimes []time.Time
+	Cloud     *Cloud
 }
 
 // Failed counts failed checks (conservation included).
@@ -402,6 +409,9 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		return nil, err
 	}
 	out = &Outcome{Scenario: sc.Name, DataDir: o.DataDir}
+	if err := freshDataDir(o.DataDir); err != nil {
+		return nil, err
+	}
 	if err := l.Up(ctx); err != nil {
 		return nil, err
 	}
@@ -418,7 +428,8 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	if err != nil {
 		return nil, err
 	}
-	stepErr := l.RunSteps(ctx, sc.Steps)
+	out.StepTimes, err = l.runSteps(ctx, sc.Steps)
+	stepErr := err
 	stopErr := p.Stop(context.WithoutCancel(ctx))
 	out.RunTime = time.Since(runStart)
 	if err := errors.Join(stepErr, stopErr); err != nil {
@@ -428,9 +439,12 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	if err != nil {
 		return nil, err
 	}
+	out.Flows, out.Cloud = flows, l.Cloud
 	out.Table = l.Cloud.Table(flows)
 	out.Checks = sc.Evaluate(l.Cloud, flows)
-	out.Conservation = CheckConservation(flows, ReadMeters(p.LogPath()))
+	if out.Conservation, err = RunConservation(flows, p.DataDir(), p.LogPath()); err != nil {
+		return nil, err
+	}
 	out.Problems = p.Problems()
 	out.Total = time.Since(start)
 	return out, nil
@@ -438,8 +452,14 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 
 // RunSteps performs scenario steps against a running lab.
 func (l *Lab) RunSteps(ctx context.Context, steps []Step) error {
+	_, err := l.runSteps(ctx, steps)
+	return err
+}
+
+func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, err error) {
 	var bg *errgroup.Group
 	for i, s := range steps {
+		times = append(times, time.Now())
 		l.log.Info("step", "n", i, "step", s.String())
 		var err error
 		switch {
@@ -473,11 +493,30 @@ func (l *Lab) RunSteps(ctx context.Context, steps []Step) error {
 			if bg != nil {
 				bg.Wait()
 			}
-			return fmt.Errorf("steps[%d] (%s): %w", i, s, err)
+			return times, fmt.Errorf("steps[%d] (%s): %w", i, s, err)
 		}
 	}
 	if bg != nil {
-		return bg.Wait()
+		return times, bg.Wait()
+	}
+	return times, nil
+}
+
+// freshDataDir empties a data directory of an earlier run (one holding the
+// tapflow.yaml the lab writes); any other non-empty directory is refused.
+func freshDataDir(dir string) error {
+	if dir == "" {
+		return errors.New("lab: RunOptions.DataDir is required (where tapflow writes Parquet)")
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tapflow.yaml")); err != nil {
+		return fmt.Errorf("lab: data directory %s is not empty and not a lab run's; pick an empty or new directory", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("lab: clear the previous run in %s: %w", dir, err)
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func (l *Lab) out(ctx context.Context, name string, args ...string) ([]byte, err
 	cmd.Stderr = &stderr
 	start := time.Now()
 	out, err := cmd.Output()
-	l.ncmd++
+	l.ncmd.Add(1)
 	l.log.Debug("exec", "cmd", name+" "+strings.Join(args, " "), "took", time.Since(start).Round(time.Microsecond))
 	if err != nil {
 		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

@@ -60,7 +60,7 @@ func (l *Lab) Up(ctx context.Context) (err error) {
 		l.log.Debug("lab up step", "step", s.what, "took", time.Since(t).Round(time.Millisecond))
 	}
 	l.log.Info("lab up", "prefix", c.Prefix, "namespaces", len(c.Namespaces()), "taps", len(c.Taps()),
-		"commands", l.ncmd, "took", time.Since(start).Round(time.Millisecond), "inventory", l.InventoryPath())
+		"commands", l.ncmd.Load(), "took", time.Since(start).Round(time.Millisecond), "inventory", l.InventoryPath())
 	return nil
 }
 

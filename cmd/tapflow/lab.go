@@ -190,8 +190,11 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		lab.PrintTable(stdout, l.Cloud.Table(flows))
-		fmt.Fprintf(stdout, "conservation: %s\nParquet: %s/flows/dt=*/hour=*/*.parquet\n",
-			lab.CheckConservation(flows, lab.ReadMeters(p.LogPath())), p.DataDir())
+		cons, err := lab.RunConservation(flows, p.DataDir(), p.LogPath())
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "conservation: %s\nParquet: %s/flows/dt=*/hour=*/*.parquet\n", cons, p.DataDir())
 		return exitOK
 	case "drive":
 		n, err := units.ParseByteSize(*bytesFlag)

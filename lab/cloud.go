@@ -909,7 +909,11 @@ func (r *resolver) lbs() {
 				}
 			}
 			if port == nil {
-				r.fail(mpath, ls.Name, "server %s has no port on network %s", s.Name, ms.Network)
+				if ms.Network == "" {
+					r.fail(mpath, ls.Name, "server %s has no usable port", s.Name)
+				} else {
+					r.fail(mpath, ls.Name, "server %s has no port on network %s", s.Name, ms.Network)
+				}
 				continue
 			}
 			m := &Member{ID: uuid("member", lb.Name, strconv.Itoa(j)), Server: s, Port: port, ProtocolPort: ms.Port}

@@ -20,7 +20,7 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true})
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}

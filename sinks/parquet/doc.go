@@ -34,11 +34,22 @@
 // compressed, + page buffers and dictionaries): measured ≈30 MiB of heap per
 // open file at the default 262144-row row groups.
 //
-// Metrics: tapflow_parquet_{files_committed_total, bytes_committed_total,
-// rows_committed_total, commit_errors_total, open_files, commit_seconds},
-// labelled schema=<schema name>.
+// Exactly once (Options.Dedupe, set by the collector): every file also
+// records the agent batches it holds (tapflow.batches = "agent:5-9,12;…").
+// A ledger per hour partition, rebuilt lazily from those footers the first
+// time a batch touches the partition and re-listed every 10 s (to see the
+// commits of other collectors sharing the output), tells which pieces —
+// one agent batch's records of one hour — are committed or in an open
+// file. A redelivered batch's committed pieces are not written again; its
+// other pieces are (a crash between the renames of one roll leaves some
+// hours committed and not others); a batch wholly committed is acked
+// without writing, one whose copy is in an open file is acked with that
+// file's commit. This relies on the transport contract: all records of one
+// message carry one (agent_id, batch_seq) that no other message carries.
+// Partitions untouched for long are forgotten (at most 48 kept).
 //
-// Not yet: a crash between the renames of one roll leaves some of its files
-// committed while every batch is redelivered, so those records appear twice
-// (their agent_id, batch_seq and record_index identify the duplicates).
+// Metrics: tapflow_parquet_{files_committed_total, bytes_committed_total,
+// rows_committed_total, commit_errors_total, open_files, commit_seconds,
+// duplicate_records_total, duplicate_batches_total}, labelled
+// schema=<schema name>.
 package parquet

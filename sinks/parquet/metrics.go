@@ -4,6 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	files, bytes, rows, commitErrors prometheus.Counter
+	dupRecords, dupPieces            prometheus.Counter
 	open                             prometheus.Gauge
 	commitSeconds                    prometheus.Histogram
 }
@@ -26,6 +27,12 @@ func newMetrics(schema string) *metrics {
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tapflow_parquet_open_files", ConstLabels: l, Help: "Parquet files being written (one per open partition).",
 		}),
+		dupRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_duplicate_records_total", ConstLabels: l, Help: "Records of redelivered batches not written again because a committed (or open) file already holds them.",
+		}),
+		dupPieces: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_duplicate_batches_total", ConstLabels: l, Help: "Agent batch pieces (one batch's records of one hour) dropped as already committed.",
+		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "tapflow_parquet_commit_seconds",
 			ConstLabels: l,
@@ -36,5 +43,5 @@ func newMetrics(schema string) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds}
+	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces}
 }

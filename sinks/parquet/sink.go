@@ -55,6 +55,12 @@ type Schema[T any] struct {
 	// written: records are not sorted by them, so bounds cannot prune, and
 	// computing them costs CPU (~10% of the write CPU for flow.v1).
 	SkipPageBounds []string
+	// Identity returns the agent batch a record came in (agent_id,
+	// batch_seq). With Options.Dedupe, every file records the batches it
+	// holds (MetadataBatches) and the sink never writes a batch's records
+	// of one partition twice: redeliveries of committed batches are acked
+	// without writing (see ledger).
+	Identity func(*T) (agent string, batchSeq int64)
 }
 
 func (sc Schema[T]) validate() error {
@@ -75,6 +81,7 @@ var FlowSchema = Schema[schemas.Flow]{
 	Dir:            "flows",
 	TimeEnd:        func(f *schemas.Flow) int64 { return f.TimeEnd },
 	SkipPageBounds: []string{"ifname", "vm_mac", "peer_mac", "src_ip", "dst_ip", "server_id", "port_id"},
+	Identity:       func(f *schemas.Flow) (string, int64) { return f.AgentID, f.BatchSeq },
 }
 
 // Options are the collaborators of the sink.
@@ -85,13 +92,23 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the tapflow_parquet_* metrics; nil registers none.
 	Registry *prometheus.Registry
+	// Dedupe turns on the committed-batch ledger (with Schema.Identity):
+	// a batch piece already committed is not written again. It relies on
+	// the transport contract: all records of one Batch carry the same
+	// (agent_id, batch_seq), and no other message carries it (natspub
+	// stamps them so). The collector sets it.
+	Dedupe bool
+	// Committed lists the files already committed, for the dedupe ledger;
+	// nil reads the local output directory.
+	Committed Committed
 }
 
 // MeterSchema writes schemas.Meter (meter.v1) under <output>/meters.
 var MeterSchema = Schema[schemas.Meter]{
-	Name:    schemas.MeterSchemaName,
-	Dir:     "meters",
-	TimeEnd: func(m *schemas.Meter) int64 { return m.TimeEnd },
+	Name:     schemas.MeterSchemaName,
+	Dir:      "meters",
+	TimeEnd:  func(m *schemas.Meter) int64 { return m.TimeEnd },
+	Identity: func(m *schemas.Meter) (string, int64) { return m.AgentID, m.BatchSeq },
 }
 
 // Sink writes batches of T into hourly partitions of Parquet files and
@@ -119,6 +136,8 @@ type Sink[T any] struct {
 	syncDirs map[string]struct{} // parents of directories created since the last commit
 	hours    []int64
 	fails    failLog
+	ledger   *ledger           // nil without Schema.Identity
+	pieces   map[pieceKey]bool // scratch: pieces of the batch being written → duplicate?
 }
 
 // file is one open partition file.
@@ -133,6 +152,7 @@ type file[T any] struct {
 	flushedRows int64 // rows in row groups already written out
 	groupRows   int64 // rows in the current row group
 	seqs        []int64
+	batches     map[batchID]struct{} // agent batches with records in the file
 }
 
 type countingWriter struct {
@@ -207,6 +227,14 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	}
 	for _, c := range schema.SkipPageBounds {
 		s.wopts = append(s.wopts, pq.SkipPageBounds(c))
+	}
+	if schema.Identity != nil && opts.Dedupe {
+		src := opts.Committed
+		if src == nil {
+			src = localCommitted{root: cfg.Output}
+		}
+		s.ledger = newLedger(src, schema.Dir)
+		s.pieces = map[pieceKey]bool{}
 	}
 	if s.reg != nil {
 		for i, c := range s.m.collectors() {
@@ -321,6 +349,25 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		b.Ack(nil) // nothing to make durable
 		return
 	}
+	if s.ledger != nil {
+		var err error
+		if recs, err = s.dedupe(recs); err != nil {
+			s.m.commitErrors.Inc()
+			s.log.Warn("cannot tell whether a batch is already committed; failed for redelivery", "seq", b.Seq, "err", err)
+			b.Ack(fmt.Errorf("parquet sink %s: dedupe: %w", s.root, err))
+			return
+		}
+		if len(recs) == 0 {
+			// Every record is committed (or in an open file: then wait for
+			// that file's commit before acking).
+			if len(s.files) > 0 {
+				s.acks.Add(b)
+			} else {
+				b.Ack(nil)
+			}
+			return
+		}
+	}
 	timeEnd := s.schema.TimeEnd
 	s.hours = s.hours[:0]
 	last := int64(math.MinInt64)
@@ -360,6 +407,9 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		if n := len(f.seqs); n == 0 || f.seqs[n-1] != b.Seq {
 			f.seqs = append(f.seqs, b.Seq)
 		}
+		if s.ledger != nil {
+			s.notePieces(f, recs[i:j])
+		}
 		if err := s.writeRows(f, recs[i:j]); err != nil {
 			s.fail(err)
 			return
@@ -370,6 +420,75 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		if f.estimate(s.bpr) >= int64(s.cfg.RollSize) {
 			s.roll("size")
 			return
+		}
+	}
+}
+
+// dedupe returns recs without the records whose piece (hour, agent batch)
+// is committed or already in an open file; it counts what it drops.
+func (s *Sink[T]) dedupe(recs []T) ([]T, error) {
+	id, timeEnd := s.schema.Identity, s.schema.TimeEnd
+	clear(s.pieces)
+	dropped := 0
+	var last pieceKey
+	lastDup := false
+	for i := range recs {
+		a, q := id(&recs[i])
+		k := pieceKey{hourOf(timeEnd(&recs[i])), batchID{a, q}}
+		if i == 0 || k != last {
+			dup, ok := s.pieces[k]
+			if !ok {
+				var err error
+				if dup, err = s.ledger.known(k); err != nil {
+					return nil, err
+				}
+				s.pieces[k] = dup
+			}
+			last, lastDup = k, dup
+		}
+		if lastDup {
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		return recs, nil
+	}
+	dupPieces := 0
+	for _, dup := range s.pieces {
+		if dup {
+			dupPieces++
+		}
+	}
+	s.m.dupRecords.Add(float64(dropped))
+	s.m.dupPieces.Add(float64(dupPieces))
+	kept := make([]T, 0, len(recs)-dropped)
+	for i := range recs {
+		a, q := id(&recs[i])
+		if !s.pieces[pieceKey{hourOf(timeEnd(&recs[i])), batchID{a, q}}] {
+			kept = append(kept, recs[i])
+		}
+	}
+	s.log.Info("redelivered batch already committed; its committed records are not written again", "records_dropped", dropped, "records_kept", len(kept), "pieces", dupPieces)
+	return kept, nil
+}
+
+// notePieces records the agent batches of rows (all in f's hour) in f and
+// marks them open in the ledger.
+func (s *Sink[T]) notePieces(f *file[T], rows []T) {
+	if f.batches == nil {
+		f.batches = map[batchID]struct{}{}
+	}
+	var last batchID
+	for i := range rows {
+		a, q := s.schema.Identity(&rows[i])
+		id := batchID{a, q}
+		if i > 0 && id == last {
+			continue
+		}
+		last = id
+		if _, ok := f.batches[id]; !ok {
+			f.batches[id] = struct{}{}
+			s.ledger.markOpen(pieceKey{f.hour, id})
 		}
 	}
 }
@@ -492,6 +611,11 @@ func (s *Sink[T]) roll(reason string) {
 	if rows > 0 {
 		s.bpr = float64(bytes) / float64(rows)
 	}
+	if s.ledger != nil {
+		for _, f := range files {
+			s.ledger.committedFile(f.hour, filepath.Base(f.final), f.batches)
+		}
+	}
 	clear(s.files)
 	s.m.open.Set(0)
 	batches, _ := s.acks.Len()
@@ -510,6 +634,9 @@ func (s *Sink[T]) commit(files []*file[T]) error {
 	for _, f := range files {
 		f.w.SetKeyValueMetadata(MetadataWriter, s.writer)
 		f.w.SetKeyValueMetadata(MetadataBatchSeqs, seqRanges(f.seqs))
+		if s.ledger != nil {
+			f.w.SetKeyValueMetadata(MetadataBatches, formatBatches(f.batches))
+		}
 		if err := f.w.Close(); err != nil {
 			return commitError("write", f.tmp, err)
 		}
@@ -601,6 +728,9 @@ func (s *Sink[T]) abort() {
 	clear(s.files)
 	s.m.open.Set(0)
 	s.stopTimer()
+	if s.ledger != nil {
+		s.ledger.dropOpen()
+	}
 }
 
 // fail aborts every open file and acks every batch held with err.

@@ -138,6 +138,12 @@ func NewEmbedded(storeDir, listen, name string, log *slog.Logger) (*Embedded, er
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats: listen %q: %w", listen, err)
 		}
+		if p == 0 {
+			// nats-server reads port 0 as its default 4222: a second
+			// server (parallel tests, another process) would then fail to
+			// listen and never become ready. 0 means any free port here.
+			p = server.RANDOM_PORT
+		}
 		opts.Host, opts.Port = h, p
 	}
 	srv, err := server.NewServer(opts)

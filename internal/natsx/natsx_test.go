@@ -49,3 +49,12 @@ func TestEnsureStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestListenPortZero: two embedded servers asked for port 0 both start, on
+// different free ports (nats-server alone would put both on 4222).
+func TestListenPortZero(t *testing.T) {
+	a, b := natsxtest.Run(t, ""), natsxtest.Run(t, "")
+	if a.ClientURL() == "" || a.ClientURL() == b.ClientURL() {
+		t.Fatalf("client URLs %q and %q: want two different listening ports", a.ClientURL(), b.ClientURL())
+	}
+}

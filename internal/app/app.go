@@ -175,6 +175,12 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	if err := natsx.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while the streams were being created: nothing ran,
+			// nothing is lost; a requested stop is not a failure.
+			log.Info("stopped before the JetStream streams were ready", "err", err)
+			return nil
+		}
 		return err
 	}
 	hup := make(chan os.Signal, 1)

@@ -136,7 +136,9 @@ type Sink[T any] struct {
 	syncDirs map[string]struct{} // parents of directories created since the last commit
 	hours    []int64
 	fails    failLog
-	ledger   *ledger           // nil without Schema.Identity
+	ledger   *ledger // nil without Schema.Identity
+	crashAt  int     // failpoint: SIGKILL self after this many commits, before acking (0: off)
+	commits  int
 	pieces   map[pieceKey]bool // scratch: pieces of the batch being written → duplicate?
 }
 
@@ -228,6 +230,7 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	for _, c := range schema.SkipPageBounds {
 		s.wopts = append(s.wopts, pq.SkipPageBounds(c))
 	}
+	s.crashAt = failpointAfterCommit()
 	if schema.Identity != nil && opts.Dedupe {
 		src := opts.Committed
 		if src == nil {
@@ -618,6 +621,10 @@ func (s *Sink[T]) roll(reason string) {
 	}
 	clear(s.files)
 	s.m.open.Set(0)
+	s.commits++
+	if s.crashAt > 0 && s.commits >= s.crashAt {
+		crashNow() // failpoint: files committed, batches not acked
+	}
 	batches, _ := s.acks.Len()
 	s.acks.Ack(nil)
 	s.log.Info("committed parquet files", "reason", reason, "files", len(files), "rows", rows, "bytes", bytes,

@@ -1,0 +1,434 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	pq "github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tapflow/tapflow/internal/chaos"
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/internal/versitygw"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/sinks/parquet"
+)
+
+var (
+	tapflowOnce sync.Once
+	tapflowBin  string
+	tapflowErr  error
+)
+
+// tapflowBinary builds cmd/tapflow once per test binary.
+func tapflowBinary(t *testing.T) string {
+	t.Helper()
+	tapflowOnce.Do(func() {
+		root, err := versitygw.RepoRoot()
+		if err != nil {
+			tapflowErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "tapflow-chaos-bin-")
+		if err != nil {
+			tapflowErr = err
+			return
+		}
+		start := time.Now()
+		tapflowBin, tapflowErr = chaos.BuildTapflow(root, dir)
+		t.Logf("built tapflow in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if tapflowErr != nil {
+		t.Fatal(tapflowErr)
+	}
+	return tapflowBin
+}
+
+// natsProc is an embedded nats-server in the test process on a fixed
+// loopback port and store, so it can be stopped and started again.
+type natsProc struct {
+	dir, addr string
+	emb       *natsx.Embedded
+}
+
+func (n *natsProc) start(t *testing.T) {
+	t.Helper()
+	e, err := natsx.NewEmbedded(n.dir, n.addr, "chaos", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.emb = e
+	if n.addr == "127.0.0.1:0" {
+		n.addr = strings.TrimPrefix(e.ClientURL(), "nats://")
+	}
+	nc, err := e.Connect("chaos-admin", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := natsx.EnsureStreams(context.Background(), js, natsx.DefaultConfig(), quiet); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *natsProc) stop() {
+	if n.emb != nil {
+		_ = n.emb.Close()
+		n.emb = nil
+	}
+}
+
+// consumerIdle reports whether the collector's durable consumer has
+// nothing pending and nothing unacked.
+func (n *natsProc) consumerIdle(t *testing.T, durable string) (bool, string) {
+	nc, err := n.emb.Connect("chaos-probe", quiet)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, natsx.FlowsStream, durable)
+	if err != nil {
+		return false, err.Error()
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	return info.NumPending == 0 && info.NumAckPending == 0, fmt.Sprintf("pending %d, ack pending %d, redelivered %d", info.NumPending, info.NumAckPending, info.NumRedelivered)
+}
+
+// chaosCounter sums what the agent hands to its publisher.
+type chaosCounter struct{ records, bytes atomic.Int64 }
+
+func (c *chaosCounter) Name() string { return "count" }
+func (c *chaosCounter) Apply(_ context.Context, b *pipeline.Batch) error {
+	c.records.Add(int64(len(b.Records)))
+	for i := range b.Records {
+		c.bytes.Add(b.Records[i].Bytes)
+	}
+	return nil
+}
+
+type chaosRun struct {
+	// output configures the collector's output in its YAML config and
+	// returns a reader of what it committed.
+	outputYAML string
+	env        []string
+	readOutput func(t *testing.T) []schemas.Flow
+	// outage, when set, is called at the given kill index to break and
+	// repair the output store (S3 down then up).
+	outage func(t *testing.T, i int)
+}
+
+// runChaos: an in-process agent (synthetic source → attribution →
+// publisher with spool) publishes through a cuttable TCP proxy to an
+// embedded nats-server; the collector is the real tapflow binary as a
+// child process. Over the run the collector is SIGKILLed `kills` times at
+// random moments, NATS is restarted twice and the agent is cut from NATS
+// for `cut`. Then the agent stops, a last collector drains the stream
+// and stops gracefully, and every record the agent produced must be in
+// the output exactly once.
+func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
+	if testing.Short() {
+		t.Skip("chaos run: not in -short")
+	}
+	bin := tapflowBinary(t)
+	dir := t.TempDir()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TAPFLOW_CHAOS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	t.Logf("chaos seed %d (TAPFLOW_CHAOS_SEED=%d reproduces the schedule)", seed, seed)
+
+	nsrv := &natsProc{dir: filepath.Join(dir, "nats"), addr: "127.0.0.1:0"}
+	nsrv.start(t)
+	defer nsrv.stop()
+	px, err := chaos.NewProxy(nsrv.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+
+	// Collector: the real binary.
+	cfgPath := filepath.Join(dir, "collector.yaml")
+	yaml := fmt.Sprintf(`node: chaos-collector
+data_dir: %s
+nats:
+  url: nats://%s
+collector:
+  roll_age: 1s
+  ack_wait: 12s
+  nak_delay: 200ms
+%s
+metrics:
+  listen: ""
+log:
+  format: json
+`, filepath.Join(dir, "collector"), nsrv.addr, r.outputYAML)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := chaos.NewProcess(bin, []string{"collector", "--config", cfgPath}, r.env, filepath.Join(dir, "collector.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	if err := coll.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Agent: in-process, counted.
+	acfg := config.Default()
+	acfg.Node, acfg.DataDir = "chaos-agent", filepath.Join(dir, "agent")
+	acfg.NATS.URL = "nats://" + px.Addr()
+	acfg.NATS.PublishTimeout = units.Duration(time.Second)
+	acfg.Synthetic.Tenants, acfg.Synthetic.VMsPerTenant, acfg.Synthetic.LoadBalancers = 4, 6, 2
+	acfg.Synthetic.FlowsPerSecond, acfg.Synthetic.RecordsPerSecond = 500, 4000
+	acfg.Synthetic.BatchRecords = 400
+	acfg.Synthetic.BatchMaxAge = units.Duration(200 * time.Millisecond)
+	acfg.Agent.ShutdownTimeout = units.Duration(60 * time.Second)
+	acfg.Resolve()
+	if err := acfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	nc, err := natsx.Connect(ctx, acfg.NATS, "chaos-agent", quiet)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ajs, _ := jetstream.New(nc)
+	rt := &runtime{log: quiet, reg: prometheus.NewRegistry(), nc: nc, js: ajs, pm: pipeline.NewMetrics(nil)}
+	a, err := newAgent(acfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := &chaosCounter{}
+	a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent", ShutdownTimeout: 60 * time.Second}, a.source, []pipeline.Transform{a.engine, count}, a.sink, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(agentCtx) }()
+
+	// The schedule.
+	start := time.Now()
+	natsRestarts, cutAt := 0, kills/3
+	var cutDone chan struct{}
+	onCommit, failpoints := 0, 0
+	for i := range kills {
+		// Every other kill lands right after a commit (acks sent, maybe not
+		// yet delivered: the redelivery must be deduplicated); the others
+		// at a random moment (mid-write, mid-commit, mid-upload).
+		if i%2 == 1 && coll.WaitLog("committed parquet files", 5*time.Second) {
+			onCommit++
+		} else {
+			time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
+		}
+		coll.Kill()
+		switch {
+		case i == kills/4 || i == 3*kills/4:
+			nsrv.stop()
+			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			nsrv.start(t)
+			natsRestarts++
+		case i == cutAt && cut > 0:
+			px.Cut()
+			cutDone = make(chan struct{})
+			go func() { defer close(cutDone); time.Sleep(cut); px.Restore() }()
+		}
+		if r.outage != nil {
+			r.outage(t, i)
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+		// Every fourth start crashes itself between a commit and its acks.
+		var env []string
+		if i%4 == 2 {
+			env = append(env, fmt.Sprintf("%s=parquet-after-commit:%d", parquet.FailpointEnv, 1+rng.IntN(3)))
+			failpoints++
+		}
+		if err := coll.Start(env...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cutDone != nil {
+		<-cutDone
+	}
+	// Let the spool replay, then stop the agent gracefully.
+	time.Sleep(2 * time.Second)
+	stopAgent()
+	if err := <-agentDone; err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	// The last collector drains the stream; then a graceful stop.
+	deadline := time.Now().Add(90 * time.Second)
+	var state string
+	for {
+		idle, s := nsrv.consumerIdle(t, "tapflow-collector")
+		state = s
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collector did not drain the stream in 90s: %s; log %s", state, coll.LogPath())
+		}
+		if !coll.Running() {
+			t.Fatalf("collector exited on its own; log %s", coll.LogPath())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !coll.Stop(30 * time.Second) {
+		t.Errorf("collector did not stop gracefully on SIGTERM")
+	}
+	elapsed := time.Since(start)
+
+	rows := r.readOutput(t)
+	seen := make(map[identity]struct{}, len(rows))
+	var bytes int64
+	dups := 0
+	for _, row := range rows {
+		id := identity{row.AgentID, row.BatchSeq, row.RecordIndex}
+		if _, ok := seen[id]; ok {
+			dups++
+		}
+		seen[id] = struct{}{}
+		bytes += row.Bytes
+	}
+	lost := count.records.Load() - int64(len(seen))
+	starts, killed := coll.Counts()
+	dropped := 0.0
+	if m, err := rt.reg.Gather(); err == nil {
+		for _, mf := range m {
+			if mf.GetName() == "tapflow_spool_dropped_records_total" {
+				for _, x := range mf.GetMetric() {
+					dropped += x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	spooled := gatherCounter(rt.reg, "tapflow_spool_appended_batches_total")
+	redeliv := collectorDedupes(t, coll.LogPath())
+	t.Logf("chaos: %s, collector starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
+		elapsed.Round(time.Second), starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
+	if dups != 0 || lost != 0 || bytes != count.bytes.Load() || int64(len(rows)) != count.records.Load() {
+		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector log %s", len(rows), dups, lost, bytes, count.bytes.Load(), coll.LogPath())
+	}
+	if failpoints > 0 && redeliv == 0 {
+		t.Fatalf("%d collector runs crashed between commit and ack, yet the ledger skipped no redelivered piece", failpoints)
+	}
+	if cut > 0 && spooled == 0 {
+		t.Fatalf("the agent spooled nothing while cut from NATS for %s", cut)
+	}
+	_ = testutil.ToFloat64
+}
+
+func gatherCounter(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return -1
+	}
+	v := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+// collectorDedupes counts the collector's "already committed" log lines.
+func collectorDedupes(t *testing.T, path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(fmt.Sprint(line["msg"]), "already committed") {
+			if p, ok := line["pieces"].(float64); ok {
+				n += int(p)
+			}
+		}
+	}
+	return n
+}
+
+// readLocalOutput reads every committed flow file under out.
+func readLocalOutput(out string) func(t *testing.T) []schemas.Flow {
+	return func(t *testing.T) []schemas.Flow {
+		t.Helper()
+		var all []schemas.Flow
+		err := filepath.WalkDir(filepath.Join(out, "flows"), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			if strings.HasPrefix(d.Name(), ".") {
+				t.Errorf("temporary file left after a graceful stop: %s", p)
+				return nil
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			st, _ := f.Stat()
+			rows, err := pq.Read[schemas.Flow](f, st.Size())
+			if err != nil {
+				t.Fatalf("read %s: %v", p, err)
+			}
+			all = append(all, rows...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+}
+
+// TestChaosCollectorKilled: 20 SIGKILLs of the collector process, two NATS
+// restarts and a 30 s cut between agent and NATS; nothing lost, nothing
+// twice.
+func TestChaosCollectorKilled(t *testing.T) {
+	out := t.TempDir()
+	runChaos(t, chaosRun{
+		outputYAML: "  output: " + out,
+		readOutput: readLocalOutput(out),
+	}, 20, 30*time.Second)
+}
+
+var _ = slog.LevelInfo

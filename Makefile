@@ -17,7 +17,7 @@ include deploy/openstack-testbed/openstack.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-short demo bench lint generate check-generate deps clean
+.PHONY: help build test test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,8 +36,18 @@ test: deps ## Run every test (-race). As root this includes the eBPF, network-na
 test-short: ## Unit tests only (-short), no privileges needed.
 	$(GO) test -race -short $(TESTFLAGS) ./...
 
-demo: build ## Run the whole pipeline for ~20s on synthetic flows, then print a per-tenant bytes table from the Parquet files.
+demo: build ## As root: a mini cloud in namespaces, real traffic captured by eBPF → Parquet → table. Otherwise ~20s of synthetic flows → Parquet → table.
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory deps && deploy/lab/demo.sh $(BIN) $(DEMO_DIR)/lab; \
+	 else deploy/scripts/demo.sh $(BIN) $(DEMO_DIR) $(DEMO_SECONDS); fi
+
+demo-synthetic: build ## The pipeline for ~20s on synthetic flows (no root), then the tenant × zone × direction table from Parquet.
 	@deploy/scripts/demo.sh $(BIN) $(DEMO_DIR) $(DEMO_SECONDS)
+
+lab-down: build ## Remove every namespace lab left behind (also after a crash).
+	@$(BIN) lab down --all
+
+test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of make test).
+	$(GO) test -race -count=1 -timeout 15m -v -run 'TestScenarios|TestFailedUpLeavesNothing|TestDownAfterCrash|TestPreflightMissingPackages' ./lab/
 
 bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, eBPF (root).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/benchpipe/

@@ -30,6 +30,7 @@ Commands:
   agent      capture (or synthesize) flows, attribute them, publish batches to NATS
   collector  consume batches from NATS and write hourly-partitioned Parquet
   report     print a tenant × zone × direction bytes table from Parquet files
+  lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
   inventory  inventory dump: print what the inventory provider sees, in the file format
   validate   check a config file and list every problem
   version    print the version
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reportCmd(rest, stdout, stderr)
 	case "inventory":
 		return inventoryCmd(rest, stdout, stderr)
+	case "lab":
+		return labCmd(rest, stdout, stderr)
 	case "validate":
 		return validateCmd(rest, stdout, stderr)
 	case "version", "--version":

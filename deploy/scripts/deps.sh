@@ -11,6 +11,10 @@ command -v llvm-strip >/dev/null || need+=(llvm)
 [[ -f /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
 command -v ip >/dev/null || need+=(iproute2)
 command -v bpftool >/dev/null || need+=(bpftool)
+# the namespace lab (make demo as root, lab acceptance suite)
+command -v nft >/dev/null || need+=(nftables)
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v keepalived >/dev/null || need+=(keepalived)
 
 if ((${#need[@]} == 0)); then
 	exit 0

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tapflow/tapflow/internal/yamlpath"
 )
 
 // Topology is a lab topology file (deploy/lab/*.yaml, docs/lab.md): the
@@ -222,44 +224,8 @@ func ParseTopology(data []byte, name string) (*Topology, error) {
 		}
 		return nil, fmt.Errorf("lab topology %s: %w", name, err)
 	}
-	t.lines = nodeLines(data)
+	t.lines = yamlpath.Lines(data)
 	return t, nil
-}
-
-// nodeLines maps paths such as "servers[2]" and "servers[2].ports[0]" to
-// the line the element starts on.
-func nodeLines(data []byte) map[string]int {
-	out := map[string]int{}
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil {
-		return out
-	}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := n.Content[i].Value
-				if path != "" {
-					p = path + "." + p
-				}
-				out[p] = n.Content[i].Line
-				walk(n.Content[i+1], p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := path + "[" + strconv.Itoa(i) + "]"
-				out[p] = c.Line
-				walk(c, p)
-			}
-		}
-	}
-	walk(&doc, "")
-	return out
 }
 
 // where names an object for an error: "demo.yaml:23: servers[2] (web1)".

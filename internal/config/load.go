@@ -16,6 +16,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/internal/yamlpath"
 )
 
 // Load reads path over the defaults, resolves derived values and validates
@@ -186,7 +187,7 @@ func yamlErrors(data []byte, err error) error {
 	if !errors.As(err, &te) {
 		return fmt.Errorf("config is not valid YAML: %w", err)
 	}
-	paths := linePaths(data)
+	paths := yamlpath.ByLine(data)
 	var e units.Errors
 	for _, msg := range te.Errors {
 		m := yamlLineRE.FindStringSubmatch(msg)
@@ -210,46 +211,4 @@ func yamlErrors(data []byte, err error) error {
 		e.Add(path, problem, "see docs/config.md for the expected type")
 	}
 	return e.Err()
-}
-
-// linePaths maps each line holding a key or value to its dotted path.
-func linePaths(data []byte) map[int]string {
-	out := map[int]string{}
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil {
-		return out
-	}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
-				out[k.Line] = p
-				walk(v, p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				if _, ok := out[c.Line]; !ok {
-					out[c.Line] = p
-				}
-				walk(c, p)
-			}
-		default:
-			if _, ok := out[n.Line]; !ok {
-				out[n.Line] = path
-			}
-		}
-	}
-	walk(&doc, "")
-	return out
 }

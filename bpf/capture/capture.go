@@ -76,7 +76,10 @@ type Capture struct {
 	offsetNs  int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
 	sweepMax  uint32
 	meterBuf  []MeterRecord
-	lastMeter time.Time
+	// pendingMeters holds final deltas of interfaces replaced by a new one
+	// with the same ifindex, until the next meter tick.
+	pendingMeters []MeterRecord
+	lastMeter     time.Time
 }
 
 type iface struct {
@@ -285,6 +288,15 @@ func (c *Capture) rescan() {
 func (c *Capture) attach(index int, name string) {
 	if ifc, ok := c.ifaces[index]; ok && !ifc.gone {
 		return
+	} else if ok {
+		// The same ifindex is back before the old interface's last meter
+		// record: take its final delta now (published with the next
+		// meters) so no metered byte is lost, and free its slot.
+		if err := c.takeMeters(ifc, c.lastMeter.UnixMicro(), time.Now(), &c.pendingMeters); err != nil {
+			c.log.Error("final meter of a replaced interface", "ifname", ifc.name, "err", err)
+		}
+		c.finalMeter(ifc, false)
+		delete(c.ifaces, index)
 	}
 	if len(c.freeSlots) == 0 {
 		c.m.attachFailures.Inc()
@@ -323,9 +335,6 @@ func (c *Capture) attach(index int, name string) {
 	}
 	c.freeSlots = c.freeSlots[:len(c.freeSlots)-1]
 	ifc.handle = h
-	if old, ok := c.ifaces[index]; ok && old.gone {
-		c.finalMeter(old) // same ifindex back before its last meter was taken
-	}
 	c.ifaces[index] = ifc
 	c.names[uint32(index)] = nameEntry{name: name}
 	c.m.attached.Inc()
@@ -435,26 +444,16 @@ func (c *Capture) meters(ctx context.Context) error {
 	now := time.Now()
 	start := c.lastMeter.UnixMicro()
 	c.lastMeter = now
-	c.meterBuf = c.meterBuf[:0]
+	// Final deltas of interfaces whose ifindex came back before this tick
+	// (taken in attach) go out first.
+	c.meterBuf = append(c.meterBuf[:0], c.pendingMeters...)
+	c.pendingMeters = c.pendingMeters[:0]
 	for idx, ifc := range c.ifaces {
-		for d := range 2 {
-			cur, err := c.objs.ReadMeter(ifc.slot, bpf.Direction(d))
-			if err != nil {
-				return fmt.Errorf("capture: %w", err)
-			}
-			b := ifc.base[d]
-			ifc.base[d] = cur
-			r := MeterRecord{
-				TimeStart: start, TimeEnd: now.UnixMicro(), Ifname: ifc.name, Direction: bpf.Direction(d).String(),
-				Packets: int64(cur.Packets - b.Packets), Bytes: int64(cur.Bytes - b.Bytes),
-				LostPackets: int64(cur.LostPackets - b.LostPackets), LostBytes: int64(cur.LostBytes - b.LostBytes),
-				FailedUpdates: int64(cur.FailedUpdates - b.FailedUpdates), SkippedNonIP: int64(cur.SkippedPackets - b.SkippedPackets),
-			}
-			c.m.addMeter(&r)
-			c.meterBuf = append(c.meterBuf, r)
+		if err := c.takeMeters(ifc, start, now, &c.meterBuf); err != nil {
+			return err
 		}
 		if ifc.gone {
-			c.finalMeter(ifc)
+			c.finalMeter(ifc, true)
 			delete(c.ifaces, idx)
 		}
 	}
@@ -472,8 +471,33 @@ func (c *Capture) meters(ctx context.Context) error {
 	return nil
 }
 
+// takeMeters appends the delta of both directions of ifc since its last
+// meter record to buf and moves its baseline.
+func (c *Capture) takeMeters(ifc *iface, start int64, now time.Time, buf *[]MeterRecord) error {
+	for d := range 2 {
+		cur, err := c.objs.ReadMeter(ifc.slot, bpf.Direction(d))
+		if err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		b := ifc.base[d]
+		ifc.base[d] = cur
+		r := MeterRecord{
+			TimeStart: start, TimeEnd: now.UnixMicro(), Ifname: ifc.name, Direction: bpf.Direction(d).String(),
+			Packets: int64(cur.Packets - b.Packets), Bytes: int64(cur.Bytes - b.Bytes),
+			LostPackets: int64(cur.LostPackets - b.LostPackets), LostBytes: int64(cur.LostBytes - b.LostBytes),
+			FailedUpdates: int64(cur.FailedUpdates - b.FailedUpdates), SkippedNonIP: int64(cur.SkippedPackets - b.SkippedPackets),
+		}
+		c.m.addMeter(&r)
+		*buf = append(*buf, r)
+	}
+	return nil
+}
+
 // finalMeter returns a released interface's slot.
-func (c *Capture) finalMeter(ifc *iface) {
+// finalMeter logs ifc's totals and frees its slot. clearSlot is false when
+// the same ifindex is being registered again (clearing would unregister
+// the new interface).
+func (c *Capture) finalMeter(ifc *iface, clearSlot bool) {
 	// The interface's whole life in one line per direction, so a run can be
 	// checked for conservation from its log (Σ record bytes = bytes).
 	for d := range 2 {
@@ -483,8 +507,10 @@ func (c *Capture) finalMeter(ifc *iface) {
 			"lost_packets", t.LostPackets-f.LostPackets, "lost_bytes", t.LostBytes-f.LostBytes,
 			"failed_updates", t.FailedUpdates-f.FailedUpdates, "skipped_non_ip", t.SkippedPackets-f.SkippedPackets)
 	}
-	if err := c.objs.ClearSlot(uint32(ifc.index)); err != nil {
-		c.log.Warn("unregister interface", "ifname", ifc.name, "err", err)
+	if clearSlot {
+		if err := c.objs.ClearSlot(uint32(ifc.index)); err != nil {
+			c.log.Warn("unregister interface", "ifname", ifc.name, "err", err)
+		}
 	}
 	c.freeSlots = append(c.freeSlots, ifc.slot)
 	c.m.forget(ifc.name)

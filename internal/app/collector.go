@@ -20,7 +20,11 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true})
+	remote, err := remoteOutput(cfg, rt)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote})
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}

@@ -7,6 +7,7 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/tapflow/tapflow/bpf/capture"
@@ -17,6 +18,7 @@ import (
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/sinks/natspub/spool"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/sinks/s3out"
 )
 
 // Config is the whole file.
@@ -75,6 +77,8 @@ type AgentConfig struct {
 type CollectorConfig struct {
 	Parquet  parquet.Config   `yaml:",inline"`
 	Consumer jetstream.Config `yaml:",inline"`
+	// S3 configures the object store when output is s3://bucket/prefix.
+	S3 s3out.Config `yaml:"s3"`
 }
 
 // MetricsConfig is the `metrics:` section.
@@ -107,8 +111,26 @@ func Default() Config {
 		},
 		Agent:     AgentConfig{EdgeCapacity: 16, ShutdownTimeout: units.Duration(30 * time.Second), Spool: spool.DefaultConfig()},
 		NATS:      natsx.DefaultConfig(),
-		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: jetstream.DefaultConfig()},
+		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: jetstream.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
 	}
+}
+
+// resolveOutput fills the staging directory of an s3:// output.
+func (c *Config) resolveOutput() {
+	if parquet.IsRemote(c.Collector.Parquet.Output) && c.Collector.Parquet.StagingDir == "" {
+		c.Collector.Parquet.StagingDir = filepath.Join(c.DataDir, "staging")
+	}
+}
+
+// validateOutput checks an s3:// output and its collector.s3 section.
+func (c Config) validateOutput(e *units.Errors) {
+	if !parquet.IsRemote(c.Collector.Parquet.Output) {
+		return
+	}
+	if _, err := s3out.ParseTarget(c.Collector.Parquet.Output); err != nil {
+		e.Add("collector.output", err.Error(), "use s3://bucket/prefix")
+	}
+	e.Merge("collector.s3", c.Collector.S3.Validate())
 }

@@ -66,6 +66,7 @@ func (c *Config) Resolve() {
 	if c.Collector.Parquet.Output == "" {
 		c.Collector.Parquet.Output = c.DataDir
 	}
+	c.resolveOutput()
 	if c.Collector.Parquet.Writer == "" {
 		c.Collector.Parquet.Writer = c.Node
 	}
@@ -121,6 +122,7 @@ func (c Config) Validate() error {
 	e.Merge("nats", c.NATS.Validate())
 	e.Merge("collector", c.Collector.Parquet.Validate())
 	e.Merge("collector", c.Collector.Consumer.Validate(c.Collector.Parquet.RollAge.D()))
+	c.validateOutput(&e)
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)

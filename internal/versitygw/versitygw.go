@@ -7,6 +7,7 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -265,6 +266,21 @@ func (s *Server) Objects(t testing.TB, bucket, prefix string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// Get reads an object whole.
+func (s *Server) Get(t testing.TB, bucket, key string) []byte {
+	t.Helper()
+	out, err := s.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("get s3://%s/%s: %v", bucket, key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatalf("read s3://%s/%s: %v", bucket, key, err)
+	}
+	return b
 }
 
 // LogContains reports whether the gateway's log has s (diagnostics).

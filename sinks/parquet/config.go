@@ -34,7 +34,13 @@ const (
 type Config struct {
 	// Output is the root directory; files go to
 	// <output>/flows/dt=YYYY-MM-DD/hour=HH/ (UTC, by time_end). Required.
+	// s3://bucket/prefix writes to StagingDir and uploads each committed
+	// file to the same layout under the prefix (Options.Remote).
 	Output string `yaml:"output"`
+	// StagingDir holds files being written and committed files not yet
+	// uploaded when Output is s3:// (bounded by one roll: MaxOpenFiles ×
+	// RollSize). Required then; ignored for a local output.
+	StagingDir string `yaml:"staging_dir"`
 	// RollSize commits every open file as soon as one reaches this
 	// estimated size (bytes flushed + buffered rows × measured bytes/row).
 	// Default 128MiB; at least 64KiB.
@@ -81,8 +87,12 @@ func (c Config) Validate() error {
 	switch {
 	case c.Output == "":
 		e.Add("output", "empty", "set the directory Parquet files are written to, e.g. /var/lib/tapflow")
+	case IsRemote(c.Output):
+		if c.StagingDir == "" {
+			e.Add("staging_dir", "empty with an s3:// output", "set a local directory for files before upload, e.g. /var/lib/tapflow/staging")
+		}
 	case strings.Contains(c.Output, "://"):
-		e.Add("output", fmt.Sprintf("%q: object stores are not supported yet", c.Output), "use a local directory, e.g. /var/lib/tapflow")
+		e.Add("output", fmt.Sprintf("%q: unsupported URL scheme", c.Output), "use a local directory, e.g. /var/lib/tapflow, or s3://bucket/prefix")
 	}
 	if c.RollSize < 64<<10 {
 		e.Add("roll_size", fmt.Sprintf("%s is below 64KiB", c.RollSize), "use e.g. 128MiB")
@@ -104,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	return e.Err()
 }
+
+// IsRemote reports whether output names an object store (s3://…).
+func IsRemote(output string) bool { return strings.HasPrefix(output, "s3://") }
 
 func codecFor(name string) (compress.Codec, error) {
 	switch name {

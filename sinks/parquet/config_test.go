@@ -31,7 +31,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"ok", func(*Config) {}, nil},
 		{"no output", func(c *Config) { c.Output = "" }, []string{"output"}},
-		{"s3 output", func(c *Config) { c.Output = "s3://bucket/flows" }, []string{"output"}},
+		{"s3 output without staging dir", func(c *Config) { c.Output = "s3://bucket/flows" }, []string{"staging_dir"}},
+		{"other scheme", func(c *Config) { c.Output = "gs://bucket/flows" }, []string{"output"}},
 		{"tiny roll size", func(c *Config) { c.RollSize = 1000 }, []string{"roll_size"}},
 		{"short roll age", func(c *Config) { c.RollAge = units.Duration(10 * time.Millisecond) }, []string{"roll_age"}},
 		{"writer with a slash", func(c *Config) { c.Writer = "a/b" }, []string{"writer"}},
@@ -141,4 +142,17 @@ func TestMetricsRegistry(t *testing.T) {
 		t.Fatalf("after Close, a new sink cannot register: %v", err)
 	}
 	_ = s2.Close()
+}
+
+// TestRemoteOutputNeedsAClient: an s3:// output with a staging dir is a
+// valid config, but the sink refuses to start without the store client.
+func TestRemoteOutputNeedsAClient(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Output, cfg.StagingDir = "s3://bucket/flows", t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, Options{Node: "n"}); err == nil || !strings.Contains(err.Error(), "Options.Remote") {
+		t.Fatalf("New without Remote: %v", err)
+	}
 }

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	files, bytes, rows, commitErrors prometheus.Counter
 	dupRecords, dupPieces            prometheus.Counter
+	uploadRetries                    prometheus.Counter
 	open                             prometheus.Gauge
 	commitSeconds                    prometheus.Histogram
 }
@@ -33,6 +34,9 @@ func newMetrics(schema string) *metrics {
 		dupPieces: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tapflow_parquet_duplicate_batches_total", ConstLabels: l, Help: "Agent batch pieces (one batch's records of one hour) dropped as already committed.",
 		}),
+		uploadRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_upload_retries_total", ConstLabels: l, Help: "Failed uploads of committed files to the object store (retried; acks wait).",
+		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "tapflow_parquet_commit_seconds",
 			ConstLabels: l,
@@ -43,5 +47,5 @@ func newMetrics(schema string) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces}
+	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces, m.uploadRetries}
 }

@@ -99,8 +99,22 @@ type Options struct {
 	// stamps them so). The collector sets it.
 	Dedupe bool
 	// Committed lists the files already committed, for the dedupe ledger;
-	// nil reads the local output directory.
+	// nil reads the local output directory (or Remote).
 	Committed Committed
+	// Remote receives every committed file when Config.Output is s3://…
+	// (required then): batches are acked only after their files are
+	// uploaded; staged copies are deleted after upload.
+	Remote Remote
+}
+
+// Remote is an object store the sink uploads committed files to.
+type Remote interface {
+	Committed
+	// Upload stores the local file path as rel (relative to the output
+	// root: flows/dt=…/hour=…/name.parquet), whole or not at all.
+	Upload(ctx context.Context, path, rel string) error
+	// String names the store for logs (s3://bucket/prefix).
+	String() string
 }
 
 // MeterSchema writes schemas.Meter (meter.v1) under <output>/meters.
@@ -137,7 +151,10 @@ type Sink[T any] struct {
 	hours    []int64
 	fails    failLog
 	ledger   *ledger // nil without Schema.Identity
-	crashAt  int     // failpoint: SIGKILL self after this many commits, before acking (0: off)
+	remote   Remote
+	runCtx   context.Context
+	upLog    failLog
+	crashAt  int // failpoint: SIGKILL self after this many commits, before acking (0: off)
 	commits  int
 	pieces   map[pieceKey]bool // scratch: pieces of the batch being written → duplicate?
 }
@@ -194,6 +211,13 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	if writer == "" {
 		writer = opts.Node
 	}
+	root := filepath.Join(cfg.Output, schema.Dir)
+	if IsRemote(cfg.Output) {
+		if opts.Remote == nil {
+			return nil, fmt.Errorf("parquet sink: output %s needs an object store client (Options.Remote)", cfg.Output)
+		}
+		root = filepath.Join(cfg.StagingDir, schema.Dir)
+	}
 	if !writerName.MatchString(writer) {
 		return nil, fmt.Errorf("parquet sink: writer name %q (from collector.writer, else node) is empty or has characters other than letters, digits, '.', '_' and '-'; set collector.writer", writer)
 	}
@@ -209,7 +233,8 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 		cfg:      cfg,
 		schema:   schema,
 		writer:   writer,
-		root:     filepath.Join(cfg.Output, schema.Dir),
+		root:     root,
+		remote:   opts.Remote,
 		nonce:    strconv.FormatInt(time.Now().UnixNano(), 36),
 		log:      log.With("component", "sinks/parquet"),
 		reg:      opts.Registry,
@@ -233,7 +258,11 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	s.crashAt = failpointAfterCommit()
 	if schema.Identity != nil && opts.Dedupe {
 		src := opts.Committed
-		if src == nil {
+		switch {
+		case src != nil:
+		case opts.Remote != nil:
+			src = opts.Remote
+		default:
 			src = localCommitted{root: cfg.Output}
 		}
 		s.ledger = newLedger(src, schema.Dir)
@@ -286,10 +315,21 @@ func (s *Sink[T]) Close() error {
 // When ctx is cancelled (hard stop) Run removes the open files, acks what
 // it holds with an error, acks every batch still arriving with an error
 // until in is closed, and returns nil.
+//
+// With a Remote, a roll uploads every committed file (retrying with
+// backoff until it is stored or ctx ends: the sink reads no input
+// meanwhile, so the source's bounded queue and max_ack_pending hold the
+// stream back) and only then acks; files committed in staging but not
+// uploaded (a crash, a hard stop) are uploaded when Run starts, before any
+// input is read.
 func (s *Sink[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]) error {
 	s.log.Info("parquet sink starting", "schema", s.schema.Name, "root", s.root, "writer", s.writer, "roll_size", s.cfg.RollSize.String(),
-		"roll_age", s.cfg.RollAge.String(), "compression", s.cfg.Compression, "row_group_rows", s.cfg.RowGroupRows)
+		"roll_age", s.cfg.RollAge.String(), "compression", s.cfg.Compression, "row_group_rows", s.cfg.RowGroupRows, "remote", remoteName(s.remote))
+	s.runCtx = ctx
 	s.removeStale()
+	if s.remote != nil {
+		s.uploadStaged(ctx)
+	}
 	defer s.stopTimer()
 	for {
 		if ctx.Err() != nil { // a hard stop wins over work that is ready too
@@ -621,6 +661,22 @@ func (s *Sink[T]) roll(reason string) {
 	}
 	clear(s.files)
 	s.m.open.Set(0)
+	if s.remote != nil {
+		if err := s.uploadAll(files); err != nil {
+			// Hard stop while S3 is unreachable: the files stay staged
+			// (uploaded at the next start), the batches are redelivered
+			// and deduplicated against the uploaded objects.
+			clear(s.files)
+			s.m.open.Set(0)
+			if s.ledger != nil {
+				s.ledger.dropOpen()
+			}
+			batches, records := s.acks.Len()
+			s.acks.Ack(err)
+			s.log.Warn("stopped before every committed file was uploaded; they stay staged for the next start", "batches", batches, "records", records, "err", err)
+			return
+		}
+	}
 	s.commits++
 	if s.crashAt > 0 && s.commits >= s.crashAt {
 		crashNow() // failpoint: files committed, batches not acked
@@ -715,6 +771,92 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+func remoteName(r Remote) string {
+	if r == nil {
+		return "none"
+	}
+	return r.String()
+}
+
+// rel is a committed file's path relative to the output root.
+func (s *Sink[T]) rel(hour int64, name string) string {
+	return s.schema.Dir + "/" + partition(hour) + "/" + name
+}
+
+// uploadAll uploads committed files and deletes the staged copies; it
+// retries each until it is stored and returns an error only when the run
+// context ends first.
+func (s *Sink[T]) uploadAll(files []*file[T]) error {
+	for _, f := range files {
+		if err := s.uploadOne(f.final, s.rel(f.hour, filepath.Base(f.final))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Sink[T]) uploadOne(path, rel string) error {
+	delay := 500 * time.Millisecond
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := s.remote.Upload(s.runCtx, path, rel)
+		if err == nil {
+			if attempt > 1 {
+				s.log.Info("upload succeeded after retries; acks resume", "object", rel, "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond))
+				s.upLog = failLog{}
+			}
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				s.log.Warn("cannot remove an uploaded staged file; remove it by hand", "path", path, "err", rerr)
+			}
+			return nil
+		}
+		s.m.uploadRetries.Inc()
+		if now := time.Now(); now.Sub(s.upLog.at) > 30*time.Second {
+			s.log.Error("upload to object store failed; holding acks and retrying (messages stay in-progress in JetStream)",
+				"remote", s.remote.String(), "object", rel, "attempt", attempt, "retry_in", delay, "err", err, "failures_not_logged", s.upLog.suppressed)
+			s.upLog.at, s.upLog.suppressed = now, 0
+		} else {
+			s.upLog.suppressed++
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-s.runCtx.Done():
+			t.Stop()
+			return fmt.Errorf("parquet sink: upload of %s to %s not done at stop (%w): %v", rel, s.remote, context.Cause(s.runCtx), err)
+		case <-t.C:
+		}
+		maxDelay := 30 * time.Second
+		if b, ok := s.remote.(interface{ MaxBackoff() time.Duration }); ok && b.MaxBackoff() > 0 {
+			maxDelay = b.MaxBackoff()
+		}
+		delay = min(delay*2, maxDelay)
+	}
+}
+
+// uploadStaged uploads the committed files a previous run left in staging.
+func (s *Sink[T]) uploadStaged(ctx context.Context) {
+	var staged []string
+	_ = filepath.WalkDir(s.root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasPrefix(d.Name(), ".") && strings.HasSuffix(d.Name(), ".parquet") {
+			staged = append(staged, p)
+		}
+		return nil
+	})
+	if len(staged) == 0 {
+		return
+	}
+	s.log.Info("uploading files a previous run committed but did not upload", "files", len(staged), "staging", s.root)
+	for _, p := range staged {
+		rel, err := filepath.Rel(filepath.Dir(s.root), p)
+		if err != nil {
+			continue
+		}
+		if err := s.uploadOne(p, filepath.ToSlash(rel)); err != nil {
+			return // hard stop; Run notices ctx
+		}
+	}
 }
 
 // abort closes and removes every open file (temp or, after a partial

@@ -314,11 +314,11 @@ log:
 	elapsed := time.Since(start)
 
 	rows := r.readOutput(t)
-	seen := make(map[identity]struct{}, len(rows))
+	seen := make(map[recID]struct{}, len(rows))
 	var bytes int64
 	dups := 0
 	for _, row := range rows {
-		id := identity{row.AgentID, row.BatchSeq, row.RecordIndex}
+		id := recID{row.AgentID, row.BatchSeq, row.RecordIndex}
 		if _, ok := seen[id]; ok {
 			dups++
 		}
@@ -499,4 +499,11 @@ func readS3Output(srv *versitygw.Server, bucket, prefix string) func(t *testing.
 		}
 		return all
 	}
+}
+
+// recID is a record's unique identity.
+type recID struct {
+	agent string
+	seq   int64
+	idx   int32
 }

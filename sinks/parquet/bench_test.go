@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,7 +63,29 @@ func BenchmarkJSONLinesSink(b *testing.B) {
 }
 
 func benchSink(b *testing.B, mk func(dir string) (pipeline.Sink, func())) {
-	recs := benchFlows()
+	benchSinkRecs(b, benchFlows(), mk)
+}
+
+// BenchmarkParquetSinkDedupe is the default (zstd) sink with the
+// committed-batch ledger on, as the collector runs it: every 8192-record
+// batch carries its own (agent_id, batch_seq), like a NATS message.
+func BenchmarkParquetSinkDedupe(b *testing.B) {
+	recs := slices.Clone(benchFlows())
+	for i := range recs {
+		recs[i].AgentID, recs[i].BatchSeq, recs[i].RecordIndex = "agent-bench", int64(i/benchBatch)+1, int32(i%benchBatch)
+	}
+	benchSinkRecs(b, recs, func(dir string) (pipeline.Sink, func()) {
+		cfg := DefaultConfig()
+		cfg.Output = dir
+		s, err := New(cfg, Options{Node: "bench", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Dedupe: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s, func() { _ = s.Close() }
+	})
+}
+
+func benchSinkRecs(b *testing.B, recs []schemas.Flow, mk func(dir string) (pipeline.Sink, func())) {
 	var diskBytes int64
 	var cpu time.Duration
 	for b.Loop() {

@@ -154,6 +154,7 @@ type Sink[T any] struct {
 	remote   Remote
 	runCtx   context.Context
 	upLog    failLog
+	dedupLog failLog
 	crashAt  int // failpoint: SIGKILL self after this many commits, before acking (0: off)
 	commits  int
 	pieces   map[pieceKey]bool // scratch: pieces of the batch being written → duplicate?
@@ -396,7 +397,13 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		var err error
 		if recs, err = s.dedupe(recs); err != nil {
 			s.m.commitErrors.Inc()
-			s.log.Warn("cannot tell whether a batch is already committed; failed for redelivery", "seq", b.Seq, "err", err)
+			if now := time.Now(); now.Sub(s.dedupLog.at) > 30*time.Second {
+				s.log.Warn("cannot tell whether a batch is already committed; failed for redelivery", "seq", b.Seq, "err", err,
+					"same_failures_not_logged", s.dedupLog.suppressed)
+				s.dedupLog.at, s.dedupLog.suppressed = now, 0
+			} else {
+				s.dedupLog.suppressed++
+			}
 			b.Ack(fmt.Errorf("parquet sink %s: dedupe: %w", s.root, err))
 			return
 		}

@@ -68,6 +68,10 @@ func (c Config) Validate(rollAge time.Duration) error {
 	if c.FetchBatch < 1 || c.FetchBatch > 10000 {
 		e.Add("fetch_batch", fmt.Sprintf("%d: out of range", c.FetchBatch), "use 1..10000 (default 64)")
 	}
+	if c.FetchBatch >= 1 && c.MaxAckPending >= 100 && c.FetchBatch*2 > c.MaxAckPending {
+		e.Add("max_ack_pending", fmt.Sprintf("%d is less than twice fetch_batch %d", c.MaxAckPending, c.FetchBatch),
+			"raise max_ack_pending (default 20000): it must hold the messages of the open files plus a fetch in flight")
+	}
 	return e.Err()
 }
 
@@ -113,8 +117,9 @@ type SourceOf[T any] struct {
 	// redelivers a message this collector still holds (a file waiting to
 	// roll, a full disk, an S3 outage). Only a dead collector's messages
 	// are redelivered.
-	heldMu sync.Mutex
-	held   map[uint64]jetstream.Msg
+	heldMu     sync.Mutex
+	held       map[uint64]jetstream.Msg
+	fullLogged time.Time // last max_ack_pending warning (heartbeat goroutine only)
 }
 
 type metrics struct {
@@ -333,6 +338,12 @@ func (s *SourceOf[T]) heartbeat(runDone <-chan struct{}) {
 		s.heldMu.Unlock()
 		if finished && len(msgs) == 0 {
 			return
+		}
+		if len(msgs) >= s.cfg.MaxAckPending && time.Since(s.fullLogged) > time.Minute {
+			s.fullLogged = time.Now()
+			s.log.Warn("max_ack_pending reached: JetStream delivers nothing more until a file commits, so files roll by age, not size",
+				"held", len(msgs), "max_ack_pending", s.cfg.MaxAckPending,
+				"fix", "raise collector.max_ack_pending above the messages one roll holds (roll_size / bytes per agent batch), or lower collector.roll_size")
 		}
 		for _, m := range msgs {
 			if err := m.InProgress(); err == nil {

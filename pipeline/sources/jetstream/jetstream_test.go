@@ -191,6 +191,7 @@ func TestConfigValidate(t *testing.T) {
 		{"ack wait shorter than roll age", func(c *jetstream.Config) { c.AckWait = units.Duration(time.Minute) }, false},
 		{"tiny max ack pending", func(c *jetstream.Config) { c.MaxAckPending = 3 }, false},
 		{"no durable", func(c *jetstream.Config) { c.Durable = "" }, false},
+		{"fetch batch above half of max ack pending", func(c *jetstream.Config) { c.MaxAckPending = 100; c.FetchBatch = 64 }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

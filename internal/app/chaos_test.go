@@ -143,6 +143,9 @@ type chaosRun struct {
 	// outage, when set, is called at the given kill index to break and
 	// repair the output store (S3 down then up).
 	outage func(t *testing.T, i int)
+	// collectors is the number of collector processes sharing the durable
+	// consumer and the output (default 1); kills go round-robin.
+	collectors int
 	// mustLog: one of these must appear in the collector's log (proof
 	// the outage bit).
 	mustLog []string
@@ -178,9 +181,13 @@ func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
 	}
 	defer px.Close()
 
-	// Collector: the real binary.
-	cfgPath := filepath.Join(dir, "collector.yaml")
-	yaml := fmt.Sprintf(`node: chaos-collector
+	// Collectors: the real binary, sharing one durable consumer and one
+	// output (distinct writer names).
+	ncoll := max(r.collectors, 1)
+	colls := make([]*chaos.Process, ncoll)
+	for k := range colls {
+		cfgPath := filepath.Join(dir, fmt.Sprintf("collector-%d.yaml", k))
+		yaml := fmt.Sprintf(`node: chaos-collector-%d
 data_dir: %s
 nats:
   url: nats://%s
@@ -193,17 +200,26 @@ metrics:
   listen: ""
 log:
   format: json
-`, filepath.Join(dir, "collector"), nsrv.addr, r.outputYAML)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
+`, k, filepath.Join(dir, fmt.Sprintf("collector-%d", k)), nsrv.addr, r.outputYAML)
+		if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := chaos.NewProcess(bin, []string{"collector", "--config", cfgPath}, r.env, filepath.Join(dir, fmt.Sprintf("collector-%d.log", k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		colls[k] = c
 	}
-	coll, err := chaos.NewProcess(bin, []string{"collector", "--config", cfgPath}, r.env, filepath.Join(dir, "collector.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer coll.Close()
-	if err := coll.Start(); err != nil {
-		t.Fatal(err)
+	logs := func() string {
+		var v []string
+		for _, c := range colls {
+			v = append(v, c.LogPath())
+		}
+		return strings.Join(v, " ")
 	}
 
 	// Agent: in-process, counted.
@@ -249,6 +265,7 @@ log:
 	var cutDone chan struct{}
 	onCommit, failpoints := 0, 0
 	for i := range kills {
+		coll := colls[i%ncoll]
 		// Every other kill lands right after a commit (acks sent, maybe not
 		// yet delivered: the redelivery must be deduplicated); the others
 		// at a random moment (mid-write, mid-commit, mid-upload).
@@ -275,7 +292,7 @@ log:
 		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		// Every fourth start crashes itself between a commit and its acks.
 		var env []string
-		if i%4 == 2 {
+		if i%4 == 2 && i < kills-ncoll { // the last start of each collector runs clean
 			env = append(env, fmt.Sprintf("%s=parquet-after-commit:%d", parquet.FailpointEnv, 1+rng.IntN(3)))
 			failpoints++
 		}
@@ -302,15 +319,19 @@ log:
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("collector did not drain the stream in 90s: %s; log %s", state, coll.LogPath())
+			t.Fatalf("collectors did not drain the stream in 90s: %s; logs %s", state, logs())
 		}
-		if !coll.Running() {
-			t.Fatalf("collector exited on its own; log %s", coll.LogPath())
+		for _, c := range colls {
+			if !c.Running() {
+				t.Fatalf("a collector exited on its own; log %s", c.LogPath())
+			}
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if !coll.Stop(30 * time.Second) {
-		t.Errorf("collector did not stop gracefully on SIGTERM")
+	for _, c := range colls {
+		if !c.Stop(30 * time.Second) {
+			t.Errorf("collector did not stop gracefully on SIGTERM; log %s", c.LogPath())
+		}
 	}
 	elapsed := time.Since(start)
 
@@ -327,7 +348,11 @@ log:
 		bytes += row.Bytes
 	}
 	lost := count.records.Load() - int64(len(seen))
-	starts, killed := coll.Counts()
+	starts, killed := 0, 0
+	for _, c := range colls {
+		a, b := c.Counts()
+		starts, killed = starts+a, killed+b
+	}
 	dropped := 0.0
 	if m, err := rt.reg.Gather(); err == nil {
 		for _, mf := range m {
@@ -339,19 +364,24 @@ log:
 		}
 	}
 	spooled := gatherCounter(rt.reg, "tapflow_spool_appended_batches_total")
-	redeliv := collectorDedupes(t, coll.LogPath())
-	t.Logf("chaos: %s, collector starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
-		elapsed.Round(time.Second), starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
+	redeliv := 0
+	for _, c := range colls {
+		redeliv += collectorDedupes(t, c.LogPath())
+	}
+	t.Logf("chaos: %s, %d collector(s), starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
+		elapsed.Round(time.Second), ncoll, starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
 	if dups != 0 || lost != 0 || bytes != count.bytes.Load() || int64(len(rows)) != count.records.Load() {
-		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector log %s", len(rows), dups, lost, bytes, count.bytes.Load(), coll.LogPath())
+		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector logs %s", len(rows), dups, lost, bytes, count.bytes.Load(), logs())
 	}
 	if len(r.mustLog) > 0 {
 		n := 0
 		for _, m := range r.mustLog {
-			n += countLog(coll.LogPath(), m)
+			for _, c := range colls {
+				n += countLog(c.LogPath(), m)
+			}
 		}
 		if n == 0 {
-			t.Fatalf("collector log %s never says any of %q", coll.LogPath(), r.mustLog)
+			t.Fatalf("collector logs %s never say any of %q", logs(), r.mustLog)
 		}
 		t.Logf("collector log lines about the outage: %d", n)
 	}
@@ -451,6 +481,20 @@ func TestChaosCollectorKilled(t *testing.T) {
 		outputYAML: "  output: " + out,
 		readOutput: readLocalOutput(out),
 	}, 20, 30*time.Second)
+}
+
+// TestChaosTwoCollectors: two collector processes share one durable
+// consumer and one output; they are SIGKILLed in turn (with the failpoint
+// between commit and ack on some starts) while NATS restarts and the agent
+// is cut for 10 s. Redeliveries of one collector's committed batches go to
+// the other, which must see them in the shared output.
+func TestChaosTwoCollectors(t *testing.T) {
+	out := t.TempDir()
+	runChaos(t, chaosRun{
+		outputYAML: "  output: " + out,
+		readOutput: readLocalOutput(out),
+		collectors: 2,
+	}, 12, 10*time.Second)
 }
 
 var _ = slog.LevelInfo

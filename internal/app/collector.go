@@ -24,7 +24,8 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote})
+	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
+		LedgerRefresh: ledgerRefresh(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}

@@ -91,7 +91,8 @@ func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.MeterSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote})
+	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.MeterSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
+		LedgerRefresh: ledgerRefresh(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("parquet meter sink: %w", err)
 	}

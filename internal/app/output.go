@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/sinks/parquet"
@@ -36,4 +37,11 @@ func remoteOutput(cfg config.Config, rt *runtime) (parquet.Remote, error) {
 		o.remote = st
 	})
 	return o.remote, o.err
+}
+
+// ledgerRefresh is how stale the dedupe ledger's view of other
+// collectors' files may be: ack_wait/3 (at most 10s), below the earliest
+// redelivery after a crash (2/3 ack_wait after the last in-progress ack).
+func ledgerRefresh(cfg config.Config) time.Duration {
+	return min(10*time.Second, cfg.Collector.Consumer.AckWait.D()/3)
 }

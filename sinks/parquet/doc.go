@@ -37,8 +37,10 @@
 // Exactly once (Options.Dedupe, set by the collector): every file also
 // records the agent batches it holds (tapflow.batches = "agent:5-9,12;…").
 // A ledger per hour partition, rebuilt lazily from those footers the first
-// time a batch touches the partition and re-listed every 10 s (to see the
-// commits of other collectors sharing the output), tells which pieces —
+// time a batch touches the partition and re-listed when a batch finds the
+// listing older than Options.LedgerRefresh (ack_wait/3, at most 10 s, in the
+// collector: shorter than the earliest redelivery after a crash) to see the
+// commits of other collectors sharing the output, tells which pieces —
 // one agent batch's records of one hour — are committed or in an open
 // file. A redelivered batch's committed pieces are not written again; its
 // other pieces are (a crash between the renames of one roll leaves some

@@ -98,6 +98,12 @@ type Options struct {
 	// (agent_id, batch_seq), and no other message carries it (natspub
 	// stamps them so). The collector sets it.
 	Dedupe bool
+	// LedgerRefresh is how old a partition's listing may be when a batch
+	// touches it (default 10s). Other collectors' commits are seen only
+	// after a re-list, so it must be shorter than the earliest redelivery
+	// after a crash: the collector sets it to ack_wait/3 (redeliveries come
+	// ≥ 2/3 ack_wait after the last in-progress ack).
+	LedgerRefresh time.Duration
 	// Committed lists the files already committed, for the dedupe ledger;
 	// nil reads the local output directory (or Remote).
 	Committed Committed
@@ -267,6 +273,9 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 			src = localCommitted{root: cfg.Output}
 		}
 		s.ledger = newLedger(src, schema.Dir)
+		if opts.LedgerRefresh > 0 {
+			s.ledger.refresh = opts.LedgerRefresh
+		}
 		s.pieces = map[pieceKey]bool{}
 	}
 	if s.reg != nil {

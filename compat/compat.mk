@@ -2,14 +2,17 @@
 # Included by the top-level Makefile (`include compat/compat.mk`).
 
 VERSITYGW_VERSION := v1.8.0
-VERSITYGW_BIN := $(CURDIR)/.cache/bin/versitygw
+# Same place internal/versitygw looks (os.UserCacheDir): shared by every
+# clone on the machine, so CI's fresh clone does not rebuild it.
+VERSITYGW_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tapflow/versitygw-$(VERSITYGW_VERSION)
+VERSITYGW_BIN := $(VERSITYGW_DIR)/versitygw
 
 .PHONY: versitygw compat-test compat-vet
 
-versitygw: ## Build the S3 server the tests run (versitygw, Apache-2.0) into .cache/bin, once (~2-3 min cold).
+versitygw: ## Build the S3 server the tests run (versitygw, Apache-2.0) into ~/.cache/tapflow, once (~2-3 min cold).
 	@if $(GO) version -m $(VERSITYGW_BIN) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)'; then :; else \
-	  echo "versitygw: building $(VERSITYGW_VERSION) into .cache/bin (once)"; \
-	  GOBIN=$(CURDIR)/.cache/bin CGO_ENABLED=0 GOFLAGS=-buildvcs=false $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); fi
+	  echo "versitygw: building $(VERSITYGW_VERSION) into $(VERSITYGW_DIR) (once)"; \
+	  mkdir -p $(VERSITYGW_DIR) && GOBIN=$(VERSITYGW_DIR) CGO_ENABLED=0 GOFLAGS=-buildvcs=false $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); fi
 
 # -mod=mod: compat/go.sum follows the main module's dependencies through
 # the replace directive; a dependency added upstream is recorded here.

@@ -40,7 +40,9 @@ const (
 var buildMu sync.Mutex
 
 // Binary returns the path of the versitygw binary, building it if needed:
-// $TAPFLOW_VERSITYGW when set, else <repo>/.cache/bin/versitygw.
+// $TAPFLOW_VERSITYGW when set, else <user cache dir>/tapflow/versitygw-<Version>/versitygw
+// (~/.cache/tapflow/…, so fresh clones on one machine, CI's included, share
+// it; `make versitygw` builds the same path).
 func Binary() (string, error) {
 	if p := os.Getenv("TAPFLOW_VERSITYGW"); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -48,11 +50,11 @@ func Binary() (string, error) {
 		}
 		return p, nil
 	}
-	root, err := RepoRoot()
+	cache, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("versitygw: no cache directory (set $HOME or $XDG_CACHE_HOME, or $TAPFLOW_VERSITYGW): %w", err)
 	}
-	bin := filepath.Join(root, ".cache", "bin")
+	bin := filepath.Join(cache, "tapflow", "versitygw-"+Version)
 	p := filepath.Join(bin, "versitygw")
 	buildMu.Lock()
 	defer buildMu.Unlock()

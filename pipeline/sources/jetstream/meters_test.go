@@ -112,7 +112,11 @@ func TestMeters(t *testing.T) {
 			}
 			reg := prometheus.NewRegistry()
 			// A flow source on the same registry: metrics differ by stream.
-			if _, err := jetstream.New(s.JS, func() jetstream.Config { c := jetstream.DefaultConfig(); c.AckWait = units.Duration(time.Minute); return c }(), jetstream.Options{Logger: quiet, Registry: reg}); err != nil {
+			if _, err := jetstream.New(s.JS, func() jetstream.Config {
+				c := jetstream.DefaultConfig()
+				c.AckWait = units.Duration(time.Minute)
+				return c
+			}(), jetstream.Options{Logger: quiet, Registry: reg}); err != nil {
 				t.Fatal(err)
 			}
 			got := collectMeters(t, s, want, reg)

@@ -695,6 +695,7 @@ func (s *Sink[T]) roll(reason string) {
 	}
 	s.commits++
 	if s.crashAt > 0 && s.commits >= s.crashAt {
+		s.log.Warn("failpoint: killing the process after a commit, before its acks", "failpoint", FailpointEnv, "commits", s.commits)
 		crashNow() // failpoint: files committed, batches not acked
 	}
 	batches, _ := s.acks.Len()

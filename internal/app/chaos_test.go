@@ -264,14 +264,22 @@ log:
 	natsRestarts, cutAt := 0, kills/3
 	var cutDone chan struct{}
 	onCommit, failpoints := 0, 0
+	armed := make([]bool, ncoll)
 	for i := range kills {
 		coll := colls[i%ncoll]
 		// Every other kill lands right after a commit (acks sent, maybe not
 		// yet delivered: the redelivery must be deduplicated); the others
 		// at a random moment (mid-write, mid-commit, mid-upload).
-		if i%2 == 1 && coll.WaitLog("committed parquet files", 5*time.Second) {
+		switch {
+		case armed[i%ncoll]:
+			// Started with the failpoint: let it kill itself between its
+			// first commit and the acks.
+			for deadline := time.Now().Add(15 * time.Second); coll.Running() && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+		case i%2 == 1 && coll.WaitLog("committed parquet files", 5*time.Second):
 			onCommit++
-		} else {
+		default:
 			time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
 		}
 		coll.Kill()
@@ -292,8 +300,9 @@ log:
 		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		// Every fourth start crashes itself between a commit and its acks.
 		var env []string
-		if i%4 == 2 && i < kills-ncoll { // the last start of each collector runs clean
-			env = append(env, fmt.Sprintf("%s=parquet-after-commit:%d", parquet.FailpointEnv, 1+rng.IntN(3)))
+		armed[i%ncoll] = i%4 == 2 && i < kills-ncoll // the last start of each collector runs clean
+		if armed[i%ncoll] {
+			env = append(env, parquet.FailpointEnv+"=parquet-after-commit:1")
 			failpoints++
 		}
 		if err := coll.Start(env...); err != nil {

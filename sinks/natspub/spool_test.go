@@ -38,7 +38,7 @@ type agent struct {
 
 // startAgent runs a publisher with a spool in stateDir, connected to url
 // over TCP (through whatever sits at url).
-func startAgent(t *testing.T, url, stateDir string, maxBytes units.ByteSize) *agent {
+func startAgent(t testing.TB, url, stateDir string, maxBytes units.ByteSize) *agent {
 	t.Helper()
 	cfg := natsx.DefaultConfig()
 	cfg.URL = url
@@ -240,6 +240,8 @@ func TestSpool(t *testing.T) {
 	}
 }
 
+func startAgentB(b *testing.B, url, dir string) *agent { return startAgent(b, url, dir, 1<<30) }
+
 // startAgentCut connects while the proxy still passes traffic, then the
 // caller's cut applies: natsx.Connect needs one successful dial.
 func startAgentCut(t *testing.T, px *chaos.Proxy, dir string) *agent {
@@ -247,4 +249,44 @@ func startAgentCut(t *testing.T, px *chaos.Proxy, dir string) *agent {
 	a := startAgent(t, "nats://"+px.Addr(), dir, 1<<20)
 	px.Cut()
 	return a
+}
+
+// BenchmarkSpoolReplayToNATS: batches spooled during a cut (append rate),
+// then replayed into a real JetStream once the cut ends (replay rate,
+// one synchronous publish per batch, in order).
+func BenchmarkSpoolReplayToNATS(b *testing.B) {
+	b.StopTimer()
+	for range b.N {
+		s := natsxtest.Run(b, "")
+		px, err := chaos.NewProxy(strings.TrimPrefix(s.ClientURL(), "nats://"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := startAgentB(b, "nats://"+px.Addr(), b.TempDir())
+		px.Cut()
+		b.StartTimer()
+		start := time.Now()
+		a.send(200, 2000, 0, 0)
+		appendDur := time.Since(start)
+		_, bytes := a.sp.Pending()
+		px.Restore()
+		// Time from the first replayed batch (the client reconnects up
+		// to 1 s after the cut ends) until the spool is empty.
+		for testutil.ToFloat64(a.sp.Metrics().Replayed) == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		start = time.Now()
+		for !a.sp.Empty() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		replayDur := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(bytes)/1e6/appendDur.Seconds(), "encode+spool-MB/s")
+		b.ReportMetric(float64(bytes)/1e6/replayDur.Seconds(), "replay-MB/s")
+		b.ReportMetric(199/replayDur.Seconds(), "replay-batches/s")
+		b.ReportMetric(float64(bytes)/200, "B/batch")
+		close(a.in)
+		<-a.done
+		px.Close()
+	}
 }

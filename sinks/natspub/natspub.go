@@ -154,32 +154,28 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 	}
 	var runErr error
 	for b := range in {
-		if ctx.Err() != nil || runErr != nil {
-			b.Ack(fmt.Errorf("publish: %w", firstErr(runErr, ctx.Err())))
+		if ctx.Err() != nil {
+			b.Ack(fmt.Errorf("publish: %w", ctx.Err()))
 			continue
 		}
 		seq, err := p.publishRecords(ctx, b.Records)
 		b.Seq = seq
-		if errors.Is(err, errSequence) {
-			runErr = err // cannot guarantee unique ids: stop the agent
-		}
 		b.Ack(err)
+		if errors.Is(err, errSequence) {
+			runErr = err // cannot guarantee unique ids: stop the agent (the runner fails what is left)
+			break
+		}
 	}
-	if stopReplay != nil {
+	if stopReplay != nil && runErr == nil {
 		p.waitDrained(ctx)
 		stopReplay()
 		if n, bytes := p.sp.Pending(); n > 0 {
 			p.log.Warn("stopping with batches in the spool; they are replayed at the next start", "dir", p.sp.Dir(), "batches", n, "bytes", bytes)
 		}
+	} else if stopReplay != nil {
+		stopReplay()
 	}
 	return runErr
-}
-
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // waitDrained returns once the spool is empty, replay has failed
@@ -401,4 +397,11 @@ func (p *Publisher) publishRetry(ctx context.Context, msg *nats.Msg, id string, 
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }

@@ -147,9 +147,10 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 			}
 		}()
 		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); p.replay(rctx) }()
-		stopReplay = func() { cancel(); <-done }
+		done := make(chan struct{}, 2)
+		go func() { defer func() { done <- struct{}{} }(); p.replay(rctx) }()
+		go func() { defer func() { done <- struct{}{} }(); p.syncLoop(rctx) }()
+		stopReplay = func() { cancel(); <-done; <-done }
 		p.wake()
 	}
 	var runErr error
@@ -202,6 +203,22 @@ func (p *Publisher) waitDrained(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// syncLoop fsyncs the spool every sync_interval, so a spooled batch is
+// durable within that bound even when no further append comes.
+func (p *Publisher) syncLoop(ctx context.Context) {
+	every := max(p.sp.SyncInterval(), 50*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.sp.Sync()
 		}
 	}
 }

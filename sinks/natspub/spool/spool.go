@@ -463,7 +463,11 @@ func (s *Spool) syncLocked() {
 	s.dirty, s.lastSync = false, time.Now()
 }
 
-// Sync makes every appended entry durable; the replayer calls it when idle.
+// SyncInterval is the configured bound on unsynced appends.
+func (s *Spool) SyncInterval() time.Duration { return s.cfg.SyncInterval.D() }
+
+// Sync makes every appended entry durable; the publisher calls it every
+// SyncInterval, so an append never stays unsynced longer.
 func (s *Spool) Sync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -246,6 +246,7 @@ func (p *Publisher) replay(ctx context.Context) {
 			continue
 		}
 		if !ok {
+			p.sp.Metrics().OldestAge.Set(0)
 			p.sp.Sync()
 			select {
 			case <-ctx.Done():
@@ -254,6 +255,7 @@ func (p *Publisher) replay(ctx context.Context) {
 			}
 			continue
 		}
+		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
 		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: nats.Header{}}
 		err = p.publishOnce(ctx, msg, e.MsgID, len(e.Body))
 		if err == nil {

@@ -4,8 +4,11 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the spool's Prometheus series.
 type Metrics struct {
-	Bytes         prometheus.Gauge
-	Entries       prometheus.Gauge
+	Bytes   prometheus.Gauge
+	Entries prometheus.Gauge
+	// OldestAge is the age of the batch at the head of the spool (0 when
+	// empty): how far behind replay is. Set by the replayer.
+	OldestAge     prometheus.Gauge
 	Appended      prometheus.Counter
 	AppendedBytes prometheus.Counter
 	Replayed      prometheus.Counter
@@ -22,6 +25,7 @@ func newMetrics() *Metrics {
 	return &Metrics{
 		Bytes:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_bytes", Help: "Bytes of spool segments on disk (bounded by agent.spool.max_bytes)."}),
 		Entries:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_entries", Help: "Batches in the spool waiting to be replayed."}),
+		OldestAge:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_oldest_age_seconds", Help: "Age of the oldest spooled batch (0 when the spool is empty)."}),
 		Appended:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_appended_batches_total", Help: "Batches written to the spool because NATS was unreachable or slow."}),
 		AppendedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_appended_bytes_total", Help: "Bytes written to the spool."}),
 		Replayed:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_replayed_batches_total", Help: "Spooled batches published and acknowledged by JetStream."}),
@@ -34,7 +38,7 @@ func newMetrics() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Bytes, m.Entries, m.Appended, m.AppendedBytes, m.Replayed, m.Dropped, m.DroppedRecords, m.TornTails, m.CorruptBytes, m.WriteErrors}
+	return []prometheus.Collector{m.Bytes, m.Entries, m.OldestAge, m.Appended, m.AppendedBytes, m.Replayed, m.Dropped, m.DroppedRecords, m.TornTails, m.CorruptBytes, m.WriteErrors}
 }
 
 func (m *Metrics) register(r prometheus.Registerer) error {

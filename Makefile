@@ -11,6 +11,7 @@ TESTFLAGS ?=
 
 include bpf/bpf.mk
 include deploy/openstack-testbed/openstack.mk
+include compat/compat.mk
 
 # As root (CI), `make test` also runs the OpenStack contract tests against
 # real Keystone/Neutron/Nova/Octavia servers (installed on first use).
@@ -30,6 +31,7 @@ deps: ## Install what tests and generate need (Debian packages, as root; idempot
 
 test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	$(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./...
+	@$(MAKE) --no-print-directory compat-test
 	@$(MAKE) --no-print-directory check-generate
 	@$(if $(IS_ROOT),$(MAKE) --no-print-directory test-openstack,echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")
 
@@ -56,6 +58,7 @@ bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Par
 lint: ## gofmt, go vet and the generated-code check.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory compat-vet
 	@$(MAKE) --no-print-directory check-generate
 
 generate: bpf-generate ## Regenerate committed code: flow.v1 struct (schemas) and the eBPF objects (Debian clang).

@@ -21,7 +21,7 @@ IS_ROOT := $(filter 0,$(shell id -u))
 .PHONY: help build test test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
-	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/tapflow (static, no cgo).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tapflow
@@ -54,6 +54,7 @@ test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of mak
 bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, eBPF (root).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/benchpipe/
 	$(GO) test -run '^$$' -bench . -benchmem ./schemas/ ./sinks/... ./enrich/... ./pipeline/sources/synthetic/
+	@if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench . -benchmem ./bpf/...; else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 
 lint: ## gofmt, go vet and the generated-code check.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }

@@ -29,7 +29,7 @@ build: ## Build bin/tapflow (static, no cgo).
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
 
-test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
+test: deps versitygw ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	$(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./...
 	@$(MAKE) --no-print-directory compat-test
 	@$(MAKE) --no-print-directory check-generate

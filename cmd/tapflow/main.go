@@ -31,6 +31,7 @@ Commands:
   collector  consume batches from NATS and write hourly-partitioned Parquet
   report     print a tenant × zone × direction bytes table from Parquet files
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
+  spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
   inventory  inventory dump: print what the inventory provider sees, in the file format
   validate   check a config file and list every problem
   version    print the version
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return inventoryCmd(rest, stdout, stderr)
 	case "lab":
 		return labCmd(rest, stdout, stderr)
+	case "spool":
+		return spoolCmd(rest, stdout, stderr)
 	case "validate":
 		return validateCmd(rest, stdout, stderr)
 	case "version", "--version":
@@ -97,7 +100,7 @@ func serve(cmd string, args []string, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "", "override data_dir: embedded NATS store, agent state, default Parquet output")
 	natsURL := fs.String("nats-url", "", "override nats.url: use this external NATS instead of the embedded one")
 	node := fs.String("node", "", "override node (default: hostname)")
-	output := fs.String("output", "", "override collector.output (directory for flows/dt=…/hour=…/)")
+	output := fs.String("output", "", "override collector.output: a directory or s3://bucket/prefix (flows/dt=…/hour=…/ below it)")
 	duration := fs.Duration("duration", 0, "stop gracefully after this long (e.g. 20s; 0 = until SIGINT/SIGTERM)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: tapflow %s [flags]\n\n%s\n\nFlags:\n", cmd, serveHelp[cmd])

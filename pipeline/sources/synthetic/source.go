@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,9 @@ type Source struct {
 	now     func() time.Time
 	records prometheus.Counter
 	nacks   prometheus.Counter
+	// lastNackLog rate-limits the failure log (unix nanos): a full spool
+	// fails every batch, the counter has them all.
+	lastNackLog atomic.Int64
 }
 
 var _ pipeline.Source = (*Source)(nil)
@@ -184,7 +188,10 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 func (s *Source) ack(err error) {
 	if err != nil {
 		s.nacks.Inc()
-		s.log.Warn("synthetic batch failed downstream", "err", err)
+		now := time.Now().UnixNano()
+		if last := s.lastNackLog.Load(); now-last > int64(10*time.Second) && s.lastNackLog.CompareAndSwap(last, now) {
+			s.log.Warn("synthetic batches failing downstream (logged once per 10s; see tapflow_synthetic_batches_nacked_total)", "err", err)
+		}
 	}
 }
 

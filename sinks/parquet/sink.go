@@ -20,6 +20,7 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -745,7 +746,7 @@ func (s *Sink[T]) commit(files []*file[T]) error {
 		dirs[d] = struct{}{}
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := fsx.SyncDir(d); err != nil {
 			return commitError("fsync dir", d, err)
 		}
 	}
@@ -776,18 +777,6 @@ func (s *Sink[T]) finalName(f *file[T]) (string, error) {
 			return "", commitError("stat", p, err)
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func remoteName(r Remote) string {

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"github.com/tapflow/tapflow/internal/fsx"
 )
 
 // SegmentReport describes one segment file.
@@ -233,7 +235,7 @@ func Repair(dir string) (*Report, error) {
 		if err := writeCursor(dir, curSeg, curOff); err != nil {
 			return before, fmt.Errorf("spool repair: write cursor: %w", err)
 		}
-		if err := syncDir(dir); err != nil {
+		if err := fsx.SyncDir(dir); err != nil {
 			return before, fmt.Errorf("spool repair: fsync %s: %w", dir, err)
 		}
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/internal/fsx"
 )
 
 // ErrFull is returned by Append when the entry does not fit in MaxBytes.
@@ -355,7 +357,7 @@ func (s *Spool) newSegment(id int64) error {
 		_ = os.Remove(p)
 		return fmt.Errorf("spool: write segment header %s: %w", p, err)
 	}
-	if err := syncDir(s.cfg.Dir); err != nil {
+	if err := fsx.SyncDir(s.cfg.Dir); err != nil {
 		f.Close()
 		return fmt.Errorf("spool: fsync %s: %w", s.cfg.Dir, err)
 	}
@@ -363,18 +365,6 @@ func (s *Spool) newSegment(id int64) error {
 	s.segs = append(s.segs, segment{id: id, size: int64(len(segHeader))})
 	s.total += int64(len(segHeader))
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Append adds e at the tail. It returns ErrFull (wrapped) when e does not

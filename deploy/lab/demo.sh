@@ -31,7 +31,7 @@ status=0
 "$bin" lab scenario --prefix tfldemo --data "$data" demo || status=$?
 echo
 if [[ -d "$data/demo/flows" ]]; then
-	"$bin" report --data "$data/demo" || true
+	"$bin" report --data "$data/demo" --by tenant,zone,direction,external_network || true
 	echo
 	echo "Parquet files: $data/demo/flows/dt=YYYY-MM-DD/hour=HH/*.parquet (meters: $data/demo/meters/)"
 	echo "tapflow's log: $data/demo/tapflow.log   its config: $data/demo/tapflow.yaml"

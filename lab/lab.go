@@ -28,6 +28,9 @@ type Options struct {
 	Helper Command
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Register, when set, makes Up create the cloud in a real OpenStack
+	// first and build the namespaces from what it made (register.go).
+	Register *RegisterOptions
 }
 
 // Lab is one cloud in namespaces. New validates and creates nothing; Up
@@ -41,6 +44,7 @@ type Lab struct {
 	topo  []byte
 
 	mu      sync.Mutex
+	reg     *Registration // nil: the lab's own static inventory
 	present map[string]bool
 	procs   map[string]chan struct{} // spawned processes by name, closed at exit
 }
@@ -54,6 +58,8 @@ type stateFile struct {
 	Created  time.Time       `yaml:"created"`
 	Present  map[string]bool `yaml:"present,omitempty"`
 	Topology string          `yaml:"topology"`
+	// Registration is set when the cloud was created in OpenStack.
+	Registration *Registration `yaml:"registration,omitempty"`
 }
 
 // New resolves topology data (a topology file's bytes; name is used in
@@ -104,6 +110,12 @@ func Open(opts Options) (*Lab, error) {
 	if st.Present != nil {
 		l.present = st.Present
 	}
+	if st.Registration != nil {
+		if err := l.Cloud.Bind(st.Registration); err != nil {
+			return nil, err
+		}
+		l.reg = st.Registration
+	}
 	return l, nil
 }
 
@@ -113,12 +125,20 @@ func (l *Lab) Dir() string { return l.dir }
 // InventoryPath is the static inventory file the lab keeps current.
 func (l *Lab) InventoryPath() string { return filepath.Join(l.dir, "inventory.yaml") }
 
+// Registered reports whether the cloud was created in OpenStack (lab up
+// --register): tapflow then reads the APIs, not InventoryPath.
+func (l *Lab) Registered() bool { return l.reg != nil }
+
+// CloudsPath is the clouds.yaml of a registered lab (entry "lab").
+func (l *Lab) CloudsPath() string { return filepath.Join(l.dir, "clouds.yaml") }
+
 // Prefix is the namespace prefix.
 func (l *Lab) Prefix() string { return l.Cloud.Prefix }
 
 func (l *Lab) saveState() error {
 	l.mu.Lock()
-	st := stateFile{Prefix: l.Cloud.Prefix, Source: l.Cloud.Topology.file, Created: time.Now().UTC(), Present: l.present, Topology: string(l.topo)}
+	st := stateFile{Prefix: l.Cloud.Prefix, Source: l.Cloud.Topology.file, Created: time.Now().UTC(), Present: l.present,
+		Topology: string(l.topo), Registration: l.reg}
 	l.mu.Unlock()
 	b, err := yaml.Marshal(st)
 	if err != nil {
@@ -133,6 +153,9 @@ func (l *Lab) saveState() error {
 func (l *Lab) SetPresent(server string, present bool) error {
 	if l.Cloud.Server(server) == nil {
 		return fmt.Errorf("lab: server %q is not in the topology", server)
+	}
+	if l.reg != nil {
+		return fmt.Errorf("lab: server %s: the inventory of a registered lab comes from OpenStack; create or delete its port there instead", server)
 	}
 	l.mu.Lock()
 	l.present[server] = present

@@ -35,12 +35,19 @@ type Pipeline struct {
 	dataDir string
 	logPath string
 	cfgPath string
+	fwd     *loopbackForwarder // registered labs: the APIs, reachable in the hypervisor namespace
 }
 
 // PipelineConfig is the tapflow config the lab runs with: source ebpf on
 // tap* in the hypervisor namespace, the lab's inventory file, short
 // capture timeouts (active 2s, idle 2s) and 1 s meters.
 func (l *Lab) PipelineConfig(dataDir, extra string) string {
+	inv := fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
+	if l.reg != nil {
+		// A registered lab: the objects come from the real APIs.
+		inv = fmt.Sprintf("  provider: openstack\n  poll_interval: 200ms\n  refresh: 10s\n  openstack:\n    cloud: lab\n    clouds_file: %s\n    interface: %s\n",
+			l.CloudsPath(), l.reg.Interface)
+	}
 	return fmt.Sprintf(`# tapflow config written by tapflow lab %s
 node: lab-%s
 data_dir: %s
@@ -53,10 +60,7 @@ capture:
   meter_interval: 1s
   rescan_interval: 1s
 inventory:
-  provider: file
-  file: %s
-  poll_interval: 200ms
-attribution:
+%sattribution:
   ghost_grace: 60s
   late_binding:
     max_records: 100000
@@ -66,7 +70,7 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, l.InventoryPath(), extra)
+%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, inv, extra)
 }
 
 // StartPipeline starts `tapflow run` inside the hypervisor namespace (the
@@ -92,16 +96,23 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	defer logf.Close()
+	if l.reg != nil {
+		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), l.reg.Endpoints, l.log); err != nil {
+			return nil, err
+		}
+	}
 	argv := o.Command.argv("run", "--config", p.cfgPath)
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", l.Cloud.HVNS()}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(os.Environ(), o.Command.Env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
+		p.fwd.Close()
 		return nil, fmt.Errorf("lab: start tapflow run: %w", err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
+		p.fwd.Close()
 		close(p.done)
 	}()
 	want := map[string]bool{}

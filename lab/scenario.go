@@ -391,6 +391,9 @@ type RunOptions struct {
 	DataDir  string  // pipeline output (kept after the run)
 	Keep     bool    // leave the lab up afterwards
 	Logger   *slog.Logger
+	// Register creates the cloud in a real OpenStack first (tapflow then
+	// reads its inventory from the APIs).
+	Register *RegisterOptions
 }
 
 // RunScenario builds the scenario's lab, runs tapflow in it, performs the
@@ -404,7 +407,7 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	if log == nil {
 		log = slog.Default()
 	}
-	l, err := New(sc.topoData, sc.topoName, Options{Prefix: o.Prefix, StateDir: o.StateDir, Helper: o.Helper, Logger: log})
+	l, err := New(sc.topoData, sc.topoName, Options{Prefix: o.Prefix, StateDir: o.StateDir, Helper: o.Helper, Logger: log, Register: o.Register})
 	if err != nil {
 		return nil, err
 	}

@@ -280,8 +280,12 @@ func Teardown(ctx context.Context, prefix, stateDir string, log *slog.Logger) ([
 	if stateDir == "" {
 		stateDir = filepath.Join(DefaultStateRoot, prefix)
 	}
-	// Only a directory the lab made (it holds the marker) is removed.
-	if _, err := os.Stat(filepath.Join(stateDir, stateMarker)); err == nil {
+	// A lab created with --register also deletes its OpenStack objects;
+	// when that fails the state directory (their record) is kept.
+	if err := unregisterState(ctx, stateDir, log); err != nil {
+		errs = append(errs, err)
+	} else if _, err := os.Stat(filepath.Join(stateDir, stateMarker)); err == nil {
+		// Only a directory the lab made (it holds the marker) is removed.
 		if err := os.RemoveAll(stateDir); err != nil {
 			errs = append(errs, err)
 		}

@@ -38,6 +38,11 @@ func (l *Lab) Up(ctx context.Context) (err error) {
 	if err := l.saveState(); err != nil {
 		return err
 	}
+	if l.opts.Register != nil {
+		if err := l.register(ctx); err != nil {
+			return err
+		}
+	}
 	c := l.Cloud
 	steps := []struct {
 		what string

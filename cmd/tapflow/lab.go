@@ -24,13 +24,18 @@ const labUsage = `tapflow lab — a mini OpenStack cloud in network namespaces, 
 
 Usage:
   tapflow lab up [--prefix P] TOPOLOGY     build the cloud (a file, or a built-in name: demo, …)
+  tapflow lab up --register KEYSTONE_URL [--nova-conf FILE] TOPOLOGY
+                                          create the same objects in a real OpenStack first
+                                          (credentials: OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME,
+                                          …), build the namespaces with the ids, MACs and
+                                          addresses it made; tapflow then reads the APIs
   tapflow lab down [--prefix P | --all]    remove it (also after a crash: by namespace prefix)
   tapflow lab run [--prefix P] --data DIR  run tapflow (source ebpf) on the lab's taps until Ctrl-C
   tapflow lab drive [--prefix P] --from A --to B [--proto tcp|udp|http|icmp] [--bytes 4MiB] ...
   tapflow lab failover [--prefix P] LB     stop the MASTER amphora's keepalived; the VIP moves
   tapflow lab inventory [--prefix P] add|remove SERVER
                                           put a server's ports into / out of the inventory file
-  tapflow lab scenario [--data DIR] NAME|FILE|all ...
+  tapflow lab scenario [--data DIR] [--register URL] NAME|FILE|all ...
                                           run acceptance scenarios: up, tapflow run, drive,
                                           stop, check the Parquet table and conservation, down
   tapflow lab list                        built-in topologies and scenarios, and running labs
@@ -63,6 +68,8 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 
 	// per-command flags
 	var (
+		register  = new(string)
+		novaConf  = new(string)
 		all       = new(bool)
 		data      = new(string)
 		duration  = new(time.Duration)
@@ -71,6 +78,11 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 		bytesFlag = new(string)
 		durFlag   = new(time.Duration)
 	)
+	switch cmd {
+	case "up", "scenario":
+		register = fs.String("register", "", "Keystone v3 URL: create the cloud's objects in that OpenStack (admin credentials from OS_*); lab down deletes them")
+		novaConf = fs.String("nova-conf", "", "with --register on deploy/openstack-testbed: its nova.conf, to create the Nova servers (its nova-api cannot boot)")
+	}
 	switch cmd {
 	case "down":
 		all = fs.Bool("all", false, "remove every lab (every namespace set with a <prefix>-hv)")
@@ -109,6 +121,12 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	opts := lab.Options{Prefix: *prefix, StateDir: *state, Helper: lab.Command{Path: exe, Args: []string{"lab"}}, Logger: log}
+	if *register != "" {
+		opts.Register = &lab.RegisterOptions{AuthURL: *register, NovaConf: *novaConf}
+	} else if *novaConf != "" {
+		fmt.Fprintln(stderr, "tapflow lab: --nova-conf needs --register")
+		return exitUsage
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "tapflow lab %s: %v\n", cmd, err)
 		return exitRuntime
@@ -133,8 +151,13 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 		if err := l.Up(ctx); err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(stdout, "lab %s is up in %s: %d namespaces, %d taps in %s\ninventory: %s\n",
-			l.Prefix(), time.Since(start).Round(time.Millisecond), len(l.Cloud.Namespaces()), len(l.Cloud.Taps()), l.Cloud.HVNS(), l.InventoryPath())
+		fmt.Fprintf(stdout, "lab %s is up in %s: %d namespaces, %d taps in %s\n",
+			l.Prefix(), time.Since(start).Round(time.Millisecond), len(l.Cloud.Namespaces()), len(l.Cloud.Taps()), l.Cloud.HVNS())
+		if l.Registered() {
+			fmt.Fprintf(stdout, "registered in OpenStack at %s; tapflow reads it with %s (entry lab)\n", *register, l.CloudsPath())
+		} else {
+			fmt.Fprintf(stdout, "inventory: %s\n", l.InventoryPath())
+		}
 		fmt.Fprintf(stdout, "next: tapflow lab run --prefix %s --data lab-data/run   (another terminal), then tapflow lab drive ...\n", l.Prefix())
 		return exitOK
 	case "down":
@@ -326,7 +349,7 @@ func labScenarios(ctx context.Context, args []string, data string, keep bool, op
 			return exitUsage
 		}
 		out, err := lab.RunScenario(ctx, sc, lab.RunOptions{Prefix: opts.Prefix, StateDir: opts.StateDir, Helper: opts.Helper,
-			Tapflow: lab.Command{Path: exe}, DataDir: filepath.Join(data, sc.Name), Keep: keep, Logger: opts.Logger})
+			Tapflow: lab.Command{Path: exe}, DataDir: filepath.Join(data, sc.Name), Keep: keep, Logger: opts.Logger, Register: opts.Register})
 		if err != nil {
 			fmt.Fprintf(stderr, "scenario %s: %v\n", sc.Name, err)
 			failed++

@@ -1,9 +1,14 @@
-# deploy/openstack-testbed/openstack.mk — the OpenStack contract tests.
+# deploy/openstack-testbed/openstack.mk — the tests against real OpenStack.
 # Included by the top-level Makefile. `make test-openstack` installs the
-# Debian packages (as root; a no-op when present), starts a real Keystone,
-# Neutron, Nova and Octavia on 127.0.0.1 in a temporary directory (the test
-# binary does that through up.sh/down.sh) and runs the contract tests of
-# enrich/provider/openstack against them.
+# Debian packages (as root; a no-op when present), starts one real
+# Keystone, Neutron, Nova and Octavia on 127.0.0.1 in a temporary directory
+# (up.sh), and runs against it, one package after the other:
+#   - lab's register tests: `tapflow lab up --register` builds the Octavia
+#     acceptance scenario in the APIs, tapflow reads its inventory from
+#     them, the seed's table and conservation are checked, down deletes it;
+#   - the contract tests of enrich/provider/openstack (they stop and
+#     restart servers, so they run last).
+# The testbed is stopped (down.sh) whatever happens.
 OPENSTACK_TESTBED := deploy/openstack-testbed
 OPENSTACK_TESTFLAGS ?=
 
@@ -12,5 +17,11 @@ OPENSTACK_TESTFLAGS ?=
 openstack-testbed-install: ## Install the OpenStack testbed's Debian packages (root; fast when present).
 	@$(OPENSTACK_TESTBED)/install.sh
 
-test-openstack: openstack-testbed-install ## Contract tests against real Keystone/Neutron/Nova/Octavia servers (root, ~3 min).
-	TAPFLOW_OPENSTACK=1 $(GO) test -race -count=1 -timeout 15m $(OPENSTACK_TESTFLAGS) ./enrich/provider/openstack/
+test-openstack: openstack-testbed-install ## Register scenario + contract tests against real Keystone/Neutron/Nova/Octavia (root, ~4 min).
+	@set -e; dir=$$(mktemp -d /tmp/tapflow-openstack-XXXXXX); \
+	trap '$(OPENSTACK_TESTBED)/down.sh "'"$$dir"'" >/dev/null 2>&1 || true; [ -n "$$TAPFLOW_OPENSTACK_KEEP" ] || rm -rf "'"$$dir"'"' EXIT; \
+	$(OPENSTACK_TESTBED)/up.sh "$$dir"; \
+	echo "==> lab up --register against the testbed"; \
+	TAPFLOW_OPENSTACK_STATE="$$dir" $(GO) test -race -count=1 -timeout 15m -run 'TestRegister' $(OPENSTACK_TESTFLAGS) ./lab/; \
+	echo "==> OpenStack provider contract tests"; \
+	TAPFLOW_OPENSTACK_STATE="$$dir" $(GO) test -race -count=1 -timeout 15m $(OPENSTACK_TESTFLAGS) ./enrich/provider/openstack/

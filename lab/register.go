@@ -1,0 +1,1093 @@
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
+	"go.yaml.in/yaml/v3"
+
+	testbed "github.com/tapflow/tapflow/deploy/openstack-testbed"
+)
+
+// RegisterOptions make Up create the cloud's objects in a real OpenStack
+// (Keystone, Neutron, Octavia and, on the testbed, Nova) before it builds
+// the namespaces, and build the namespaces with the IDs, MACs and
+// addresses OpenStack gave back. tapflow then reads its inventory from
+// those APIs (inventory.provider openstack) instead of the lab's file.
+type RegisterOptions struct {
+	// AuthURL is Keystone's v3 URL. The credentials come from the usual
+	// OS_* variables: OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME,
+	// OS_USER_DOMAIN_ID (or _NAME), OS_PROJECT_DOMAIN_ID (or _NAME),
+	// OS_REGION_NAME and OS_INTERFACE (default internal). The user needs
+	// the admin role: the lab sets MACs, project_id and provider networks.
+	AuthURL string
+	// NovaConf is the testbed's nova.conf (deploy/openstack-testbed): its
+	// nova-api cannot boot servers, so they are written through Nova's
+	// objects. Empty: no Nova servers are created (a real cloud would boot
+	// real VMs); records then carry server_id without a server name.
+	NovaConf string
+	// Getenv reads the OS_* variables (default os.Getenv).
+	Getenv func(string) string
+}
+
+// Registration is what `lab up --register` created in OpenStack, kept in
+// the lab's state: how each object the topology derives maps to its
+// OpenStack counterpart, and what `lab down` must delete. No secret is
+// kept here.
+type Registration struct {
+	AuthURL   string `yaml:"auth_url"`
+	Region    string `yaml:"region,omitempty"`
+	Interface string `yaml:"interface"`
+	// IDs maps a lab-derived id (network, subnet, router, port, project,
+	// load balancer, pool, member, amphora, floating IP) to OpenStack's.
+	IDs map[string]string `yaml:"ids"`
+	// Ports are the ports whose MAC or addresses OpenStack chose.
+	Ports map[string]BoundPort `yaml:"ports,omitempty"`
+	// Amphorae maps a lab amphora id to Octavia's view of it.
+	Amphorae map[string]BoundAmphora `yaml:"amphorae,omitempty"`
+	// Endpoints are the API servers' host:port (Keystone and the catalog's
+	// Neutron, Nova, Octavia): loopback ones are forwarded into the
+	// hypervisor namespace, where tapflow runs.
+	Endpoints []string `yaml:"endpoints"`
+	// Created lists what to delete, in creation order.
+	Created []Created `yaml:"created"`
+}
+
+// BoundPort is a port as Neutron made it.
+type BoundPort struct {
+	ID  string   `yaml:"id"`
+	MAC string   `yaml:"mac"`
+	IPs []string `yaml:"ips"`
+}
+
+// BoundAmphora is an amphora as Octavia made it.
+type BoundAmphora struct {
+	ID        string `yaml:"id"`
+	ComputeID string `yaml:"compute_id"`
+	Role      string `yaml:"role"`
+}
+
+// Created is one object `lab down` deletes.
+type Created struct {
+	Kind   string `yaml:"kind"` // project, network, port, router, router_interface, floatingip, loadbalancer, flavor, flavorprofile
+	ID     string `yaml:"id"`
+	Parent string `yaml:"parent,omitempty"` // router of a router_interface
+	Name   string `yaml:"name,omitempty"`
+}
+
+// osAPI is an authenticated session with Keystone, Neutron and Octavia.
+type osAPI struct {
+	keystone, neutron, octavia *gophercloud.ServiceClient
+	adminProject               string
+	endpoints                  []string // host:port of every API reached
+}
+
+func (o RegisterOptions) getenv(k string) string {
+	if o.Getenv != nil {
+		return o.Getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+// authOptions are the Keystone credentials of o, or an error naming the
+// missing variable.
+func (o RegisterOptions) authOptions() (gophercloud.AuthOptions, gophercloud.EndpointOpts, error) {
+	var eo gophercloud.EndpointOpts
+	if o.AuthURL == "" {
+		return gophercloud.AuthOptions{}, eo, errors.New("register: no Keystone URL; give --register https://keystone:5000/v3")
+	}
+	if u, err := url.Parse(o.AuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return gophercloud.AuthOptions{}, eo, fmt.Errorf("register: %q is not Keystone's URL; use e.g. http://127.0.0.1:5000/v3", o.AuthURL)
+	}
+	var miss []string
+	for _, k := range []string{"OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME"} {
+		if o.getenv(k) == "" {
+			miss = append(miss, k)
+		}
+	}
+	if len(miss) > 0 {
+		return gophercloud.AuthOptions{}, eo, fmt.Errorf("register: %s not set; export the admin credentials (source the testbed's env file or an openrc)", strings.Join(miss, ", "))
+	}
+	userDomainID, userDomainName := o.getenv("OS_USER_DOMAIN_ID"), o.getenv("OS_USER_DOMAIN_NAME")
+	if userDomainID == "" && userDomainName == "" {
+		userDomainID = "default"
+	}
+	projDomainID, projDomainName := o.getenv("OS_PROJECT_DOMAIN_ID"), o.getenv("OS_PROJECT_DOMAIN_NAME")
+	if projDomainID == "" && projDomainName == "" {
+		projDomainID = "default"
+	}
+	ao := gophercloud.AuthOptions{
+		IdentityEndpoint: o.AuthURL, Username: o.getenv("OS_USERNAME"), Password: o.getenv("OS_PASSWORD"),
+		DomainID: userDomainID, DomainName: userDomainName, AllowReauth: true,
+		Scope: &gophercloud.AuthScope{ProjectName: o.getenv("OS_PROJECT_NAME"), DomainID: projDomainID, DomainName: projDomainName},
+	}
+	eo.Region = o.getenv("OS_REGION_NAME")
+	switch o.iface() {
+	case "public":
+		eo.Availability = gophercloud.AvailabilityPublic
+	case "admin":
+		eo.Availability = gophercloud.AvailabilityAdmin
+	default:
+		eo.Availability = gophercloud.AvailabilityInternal
+	}
+	return ao, eo, nil
+}
+
+func (o RegisterOptions) iface() string {
+	if v := o.getenv("OS_INTERFACE"); v != "" {
+		return strings.TrimSuffix(v, "URL")
+	}
+	return "internal"
+}
+
+func dialOpenStack(ctx context.Context, o RegisterOptions) (*osAPI, error) {
+	ao, eo, err := o.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	pc, err := gopenstack.NewClient(ao.IdentityEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("register: keystone %s: %w", ao.IdentityEndpoint, err)
+	}
+	pc.HTTPClient = http.Client{Timeout: 60 * time.Second}
+	if err := gopenstack.Authenticate(ctx, pc, ao); err != nil {
+		return nil, fmt.Errorf("register: authenticate at %s as %s: %w (check the OS_* credentials)", ao.IdentityEndpoint, ao.Username, err)
+	}
+	api := &osAPI{}
+	if res, ok := pc.GetAuthResult().(tokens.CreateResult); ok {
+		if p, err := res.ExtractProject(); err == nil && p != nil {
+			api.adminProject = p.ID
+		}
+	}
+	if api.adminProject == "" {
+		return nil, errors.New("register: the Keystone token has no project scope; set OS_PROJECT_NAME to the admin project")
+	}
+	if api.keystone, err = gopenstack.NewIdentityV3(pc, eo); err != nil {
+		return nil, fmt.Errorf("register: Keystone's catalog has no identity endpoint: %w", err)
+	}
+	if api.neutron, err = gopenstack.NewNetworkV2(pc, eo); err != nil {
+		return nil, fmt.Errorf("register: Neutron (network, %s interface) not reachable through the catalog: %w", o.iface(), err)
+	}
+	if api.octavia, err = gopenstack.NewLoadBalancerV2(pc, eo); err != nil {
+		api.octavia = nil // only needed when the topology has load balancers
+	}
+	urls := []string{ao.IdentityEndpoint, api.keystone.Endpoint, api.neutron.Endpoint}
+	if api.octavia != nil {
+		urls = append(urls, api.octavia.Endpoint)
+	}
+	if nova, err := gopenstack.NewComputeV2(pc, eo); err == nil {
+		urls = append(urls, nova.Endpoint)
+	}
+	for _, s := range urls {
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			hp := u.Host
+			if u.Port() == "" {
+				hp = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
+			}
+			if !slices.Contains(api.endpoints, hp) {
+				api.endpoints = append(api.endpoints, hp)
+			}
+		}
+	}
+	return api, nil
+}
+
+// call sends one JSON request; path is relative to the service's resource
+// base (e.g. "ports", "lbaas/loadbalancers/ID").
+func call(ctx context.Context, sc *gophercloud.ServiceClient, method, path string, hdr map[string]string, body, out any, ok ...int) error {
+	opts := &gophercloud.RequestOpts{JSONBody: body, JSONResponse: out, OkCodes: ok, MoreHeaders: hdr}
+	u := sc.ResourceBaseURL() + path
+	if _, err := sc.Request(ctx, method, u, opts); err != nil {
+		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	return nil
+}
+
+// registrar creates a Cloud's objects.
+type registrar struct {
+	api  *osAPI
+	c    *Cloud
+	reg  *Registration
+	save func() error
+	log  interface{ Info(string, ...any) }
+}
+
+// id is the OpenStack id of a lab-derived id (itself when not registered).
+func (r *registrar) id(labID string) string {
+	if v, ok := r.reg.IDs[labID]; ok {
+		return v
+	}
+	if b, ok := r.reg.Ports[labID]; ok {
+		return b.ID
+	}
+	return labID
+}
+
+func (r *registrar) created(kind, id, parent, name string) error {
+	r.reg.Created = append(r.reg.Created, Created{Kind: kind, ID: id, Parent: parent, Name: name})
+	return r.save()
+}
+
+type neutronPort struct {
+	ID          string `json:"id"`
+	NetworkID   string `json:"network_id"`
+	MAC         string `json:"mac_address"`
+	ProjectID   string `json:"project_id"`
+	DeviceOwner string `json:"device_owner"`
+	DeviceID    string `json:"device_id"`
+	FixedIPs    []struct {
+		SubnetID  string `json:"subnet_id"`
+		IPAddress string `json:"ip_address"`
+	} `json:"fixed_ips"`
+}
+
+func (p neutronPort) bound() BoundPort {
+	b := BoundPort{ID: p.ID, MAC: p.MAC}
+	for _, ip := range p.FixedIPs {
+		b.IPs = append(b.IPs, ip.IPAddress)
+	}
+	return b
+}
+
+func (r *registrar) ports(ctx context.Context, q url.Values) ([]neutronPort, error) {
+	var out struct {
+		Ports []neutronPort `json:"ports"`
+	}
+	if err := call(ctx, r.api.neutron, "GET", "ports?"+q.Encode(), nil, nil, &out, 200); err != nil {
+		return nil, err
+	}
+	return out.Ports, nil
+}
+
+func (r *registrar) fixedIPs(p *Port) []map[string]string {
+	var out []map[string]string
+	for _, a := range p.IPs {
+		out = append(out, map[string]string{"subnet_id": r.id(a.Subnet.ID), "ip_address": a.Addr.String()})
+	}
+	return out
+}
+
+// createPort creates p in Neutron with its MAC and addresses.
+func (r *registrar) createPort(ctx context.Context, p *Port, owner, deviceID string) (neutronPort, error) {
+	body := map[string]any{"name": p.Name, "network_id": r.id(p.Net.ID), "mac_address": p.MAC.String(),
+		"fixed_ips": r.fixedIPs(p), "device_owner": owner, "device_id": deviceID}
+	if p.Project != nil {
+		body["project_id"] = r.id(p.Project.ID)
+	}
+	var out struct {
+		Port neutronPort `json:"port"`
+	}
+	if err := call(ctx, r.api.neutron, "POST", "ports", nil, map[string]any{"port": body}, &out, 201); err != nil {
+		return neutronPort{}, fmt.Errorf("register: create port %s: %w", portLabel(p), err)
+	}
+	r.reg.IDs[p.ID] = out.Port.ID
+	return out.Port, r.created("port", out.Port.ID, "", portLabel(p))
+}
+
+func portLabel(p *Port) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.Owner + "/" + p.Net.Name
+}
+
+// Register creates the lab's objects in OpenStack (see RegisterOptions).
+// Every object is recorded in reg as soon as it exists, and save is called,
+// so `lab down` can delete what a crashed or failed run left.
+func (c *Cloud) register(ctx context.Context, api *osAPI, reg *Registration, save func() error, log interface{ Info(string, ...any) }, novaConf, stateDir string) error {
+	r := &registrar{api: api, c: c, reg: reg, save: save, log: log}
+	if len(c.LBs) > 0 && api.octavia == nil {
+		return errors.New("register: the topology has load balancers but Keystone's catalog has no load-balancer (Octavia) endpoint")
+	}
+	steps := []struct {
+		what string
+		f    func(context.Context) error
+	}{
+		{"projects", r.projects},
+		{"networks", r.networks},
+		{"routers", r.routers},
+		{"ports", r.instancePorts},
+		{"load balancers", r.loadBalancers},
+		{"floating IPs", r.floatingIPs},
+		{"servers", func(ctx context.Context) error { return r.servers(ctx, novaConf, stateDir) }},
+	}
+	for _, s := range steps {
+		t := time.Now()
+		if err := s.f(ctx); err != nil {
+			return err
+		}
+		log.Info("registered", "what", s.what, "took", time.Since(t).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (r *registrar) projects(ctx context.Context) error {
+	for _, p := range r.c.Projects {
+		switch {
+		case p.Name == AdminProject:
+			r.reg.IDs[p.ID] = r.api.adminProject
+			continue
+		case p == r.c.ServiceProject:
+			continue // Octavia's own: learnt from the amphorae
+		}
+		name := r.c.Prefix + "-" + p.Name
+		var out struct {
+			Project struct {
+				ID string `json:"id"`
+			} `json:"project"`
+		}
+		err := call(ctx, r.api.keystone, "POST", "projects", nil, map[string]any{"project": map[string]any{
+			"name": name, "domain_id": "default", "description": "tapflow lab " + r.c.Prefix}}, &out, 201)
+		if err != nil {
+			return fmt.Errorf("register: create Keystone project %s: %w (a project of that name left by an earlier lab? delete it or use another --prefix)", name, err)
+		}
+		r.reg.IDs[p.ID] = out.Project.ID
+		if err := r.created("project", out.Project.ID, "", name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *registrar) networks(ctx context.Context) error {
+	for _, n := range r.c.Networks {
+		if n == r.c.MgmtNet {
+			continue // Octavia's amp_boot_network_list: learnt from the amphorae
+		}
+		// Names as in the topology (Neutron names need not be unique; the
+		// external network's name is what records carry).
+		body := map[string]any{"name": n.Name, "project_id": r.id(n.Project.ID), "shared": n.Shared}
+		if n.External {
+			// A flat network needs a physical network of its own.
+			body["router:external"] = true
+			body["provider:network_type"] = "flat"
+			body["provider:physical_network"] = r.c.Prefix + "-" + n.Name
+		}
+		var out struct {
+			Network struct {
+				ID string `json:"id"`
+			} `json:"network"`
+		}
+		if err := call(ctx, r.api.neutron, "POST", "networks", nil, map[string]any{"network": body}, &out, 201); err != nil {
+			return fmt.Errorf("register: create network %s: %w", n.Name, err)
+		}
+		r.reg.IDs[n.ID] = out.Network.ID
+		if err := r.created("network", out.Network.ID, "", n.Name); err != nil {
+			return err
+		}
+		for i, sn := range n.Subnets {
+			sb := map[string]any{"name": fmt.Sprintf("%s-%d", n.Name, i), "network_id": out.Network.ID,
+				"project_id": r.id(n.Project.ID), "cidr": sn.Prefix.String(), "ip_version": 4, "enable_dhcp": false}
+			if sn.Prefix.Addr().Is6() {
+				sb["ip_version"] = 6
+			}
+			if sn.Gateway.IsValid() {
+				sb["gateway_ip"] = sn.Gateway.String()
+			} else {
+				sb["gateway_ip"] = nil
+			}
+			var so struct {
+				Subnet struct {
+					ID string `json:"id"`
+				} `json:"subnet"`
+			}
+			if err := call(ctx, r.api.neutron, "POST", "subnets", nil, map[string]any{"subnet": sb}, &so, 201); err != nil {
+				return fmt.Errorf("register: create subnet %s of %s: %w", sn.Prefix, n.Name, err)
+			}
+			r.reg.IDs[sn.ID] = so.Subnet.ID // deleted with its network
+		}
+	}
+	return nil
+}
+
+func (r *registrar) routers(ctx context.Context) error {
+	for _, rt := range r.c.Routers {
+		body := map[string]any{"name": rt.Name, "project_id": r.id(rt.Project.ID)}
+		if rt.Gateway != nil {
+			gi := map[string]any{"network_id": r.id(rt.Gateway.ID), "external_fixed_ips": r.fixedIPs(rt.GwPort)}
+			body["external_gateway_info"] = gi
+		}
+		var out struct {
+			Router struct {
+				ID string `json:"id"`
+			} `json:"router"`
+		}
+		if err := call(ctx, r.api.neutron, "POST", "routers", nil, map[string]any{"router": body}, &out, 201); err != nil {
+			return fmt.Errorf("register: create router %s: %w", rt.Name, err)
+		}
+		rid := out.Router.ID
+		r.reg.IDs[rt.ID] = rid
+		if err := r.created("router", rid, "", rt.Name); err != nil {
+			return err
+		}
+		if rt.GwPort != nil {
+			// Neutron makes the gateway port: its id and MAC are Neutron's.
+			ps, err := r.ports(ctx, url.Values{"device_id": {rid}, "device_owner": {"network:router_gateway"}})
+			if err != nil || len(ps) != 1 {
+				return fmt.Errorf("register: router %s: its gateway port not found (%d ports, %v)", rt.Name, len(ps), err)
+			}
+			r.reg.Ports[rt.GwPort.ID] = ps[0].bound()
+		}
+		for _, p := range rt.Ifaces {
+			// add_router_interface sets device_owner and device_id.
+			np, err := r.createPort(ctx, p, "", "")
+			if err != nil {
+				return err
+			}
+			if err := call(ctx, r.api.neutron, "PUT", "routers/"+rid+"/add_router_interface", nil,
+				map[string]any{"port_id": np.ID}, nil, 200); err != nil {
+				return fmt.Errorf("register: router %s: add interface on %s: %w", rt.Name, p.Net.Name, err)
+			}
+			if err := r.created("router_interface", np.ID, rid, rt.Name+"/"+p.Net.Name); err != nil {
+				return err
+			}
+		}
+		if len(rt.Routes) > 0 {
+			var routes []map[string]string
+			for _, ro := range rt.Routes {
+				routes = append(routes, map[string]string{"destination": ro.Dst.String(), "nexthop": ro.NextHop.String()})
+			}
+			if err := call(ctx, r.api.neutron, "PUT", "routers/"+rid, nil, map[string]any{"router": map[string]any{"routes": routes}}, nil, 200); err != nil {
+				return fmt.Errorf("register: router %s: routes: %w", rt.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// instancePorts creates the VM and DHCP ports (those the inventory lists:
+// a port with `inventory: false` stays unknown to OpenStack too).
+func (r *registrar) instancePorts(ctx context.Context) error {
+	for _, n := range r.c.Networks {
+		if n.DHCP != nil {
+			if _, err := r.createPort(ctx, n.DHCP, n.DHCP.Owner, n.DHCP.DeviceID); err != nil {
+				return err
+			}
+		}
+	}
+	for _, s := range r.c.Servers {
+		// A fresh server id per registration: Nova never reuses one, and
+		// the testbed keeps servers of earlier labs.
+		r.reg.IDs[s.ID] = newUUID()
+		for _, p := range s.Ports {
+			if !p.Inventory {
+				continue
+			}
+			if _, err := r.createPort(ctx, p, p.Owner, r.id(s.ID)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *registrar) floatingIPs(ctx context.Context) error {
+	for _, f := range r.c.FIPs {
+		if !f.Port.Inventory {
+			continue
+		}
+		body := map[string]any{"floating_network_id": r.id(f.Net.ID), "floating_ip_address": f.Holder.V4().String(),
+			"port_id": r.id(f.Port.ID), "project_id": r.id(f.Port.Project.ID)}
+		body["fixed_ip_address"] = f.Port.V4().String()
+		var out struct {
+			FloatingIP struct {
+				ID string `json:"id"`
+			} `json:"floatingip"`
+		}
+		if err := call(ctx, r.api.neutron, "POST", "floatingips", nil, map[string]any{"floatingip": body}, &out, 201); err != nil {
+			return fmt.Errorf("register: create floating IP %s for %s: %w", f.Holder.V4(), portLabel(f.Port), err)
+		}
+		r.reg.IDs[f.ID] = out.FloatingIP.ID
+		if err := r.created("floatingip", out.FloatingIP.ID, "", f.Holder.V4().String()); err != nil {
+			return err
+		}
+		ps, err := r.ports(ctx, url.Values{"device_id": {out.FloatingIP.ID}, "device_owner": {"network:floatingip"}})
+		if err == nil && len(ps) == 1 {
+			r.reg.Ports[f.Holder.ID] = ps[0].bound()
+		}
+	}
+	return nil
+}
+
+// servers writes the Nova servers on the testbed (see RegisterOptions.NovaConf).
+func (r *registrar) servers(ctx context.Context, novaConf, stateDir string) error {
+	if novaConf == "" {
+		r.log.Info("register: no Nova servers created (no --nova-conf; POST /servers would boot real VMs); records carry server_id without a name")
+		return nil
+	}
+	script := filepath.Join(stateDir, "nova_servers.py")
+	if err := os.WriteFile(script, testbed.NovaServersPy, 0o644); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	args := []string{script, novaConf}
+	for _, s := range r.c.Servers {
+		p := s.Ports[0]
+		if !p.Inventory {
+			continue
+		}
+		spec := []string{r.id(s.ID), s.Name, r.id(s.Project.ID), r.id(p.ID), r.macOf(p), p.V4().String()}
+		if p.FIP != nil {
+			spec = append(spec, p.FIP.Holder.V4().String())
+		}
+		args = append(args, strings.Join(spec, ","))
+	}
+	if len(args) == 2 {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "/usr/bin/python3", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("register: Nova servers through %s: %w: %s", novaConf, err, tail(out, 10))
+	}
+	return nil
+}
+
+func (r *registrar) macOf(p *Port) string {
+	if b, ok := r.reg.Ports[p.ID]; ok {
+		return b.MAC
+	}
+	return p.MAC.String()
+}
+
+// octaviaLB is what the lab reads back of a load balancer.
+type octaviaLB struct {
+	ID                 string `json:"id"`
+	ProvisioningStatus string `json:"provisioning_status"`
+	VIPPortID          string `json:"vip_port_id"`
+	VIPAddress         string `json:"vip_address"`
+}
+
+// octaviaAmphora is what the lab reads back of an amphora.
+type octaviaAmphora struct {
+	ID           string `json:"id"`
+	ComputeID    string `json:"compute_id"`
+	Role         string `json:"role"`
+	VRRPPortID   string `json:"vrrp_port_id"`
+	LBNetworkIP  string `json:"lb_network_ip"`
+	Status       string `json:"status"`
+	LoadBalancer string `json:"loadbalancer_id"`
+}
+
+func (r *registrar) waitLB(ctx context.Context, lb *LB, id string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var out struct {
+			LB octaviaLB `json:"loadbalancer"`
+		}
+		if err := call(ctx, r.api.octavia, "GET", "lbaas/loadbalancers/"+id, nil, nil, &out, 200); err != nil {
+			return fmt.Errorf("register: load balancer %s: %w", lb.Name, err)
+		}
+		switch out.LB.ProvisioningStatus {
+		case "ACTIVE":
+			return nil
+		case "ERROR":
+			return fmt.Errorf("register: load balancer %s (%s) went to ERROR; see octavia-worker's log", lb.Name, id)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("register: load balancer %s (%s) is %s after 3 min; is octavia-worker running?", lb.Name, id, out.LB.ProvisioningStatus)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// flavor returns (creating once) an Octavia flavor pinning the amphora
+// topology, so an LB gets the lab's topology whatever the cloud's default.
+func (r *registrar) flavor(ctx context.Context, topology string) (string, error) {
+	name := r.c.Prefix + "-" + strings.ToLower(topology)
+	for _, c := range r.reg.Created {
+		if c.Kind == "flavor" && c.Name == name {
+			return c.ID, nil
+		}
+	}
+	var fp struct {
+		FP struct {
+			ID string `json:"id"`
+		} `json:"flavorprofile"`
+	}
+	if err := call(ctx, r.api.octavia, "POST", "lbaas/flavorprofiles", nil, map[string]any{"flavorprofile": map[string]any{
+		"name": name, "provider_name": "amphora", "flavor_data": fmt.Sprintf(`{"loadbalancer_topology": %q}`, topology)}}, &fp, 201); err != nil {
+		return "", fmt.Errorf("register: Octavia flavor profile %s: %w", name, err)
+	}
+	if err := r.created("flavorprofile", fp.FP.ID, "", name); err != nil {
+		return "", err
+	}
+	var fl struct {
+		Flavor struct {
+			ID string `json:"id"`
+		} `json:"flavor"`
+	}
+	if err := call(ctx, r.api.octavia, "POST", "lbaas/flavors", nil, map[string]any{"flavor": map[string]any{
+		"name": name, "flavor_profile_id": fp.FP.ID, "enabled": true}}, &fl, 201); err != nil {
+		return "", fmt.Errorf("register: Octavia flavor %s: %w", name, err)
+	}
+	return fl.Flavor.ID, r.created("flavor", fl.Flavor.ID, "", name)
+}
+
+func (r *registrar) loadBalancers(ctx context.Context) error {
+	for _, lb := range r.c.LBs {
+		topo := "SINGLE"
+		if lb.ActiveStandby {
+			topo = "ACTIVE_STANDBY"
+		}
+		flavor, err := r.flavor(ctx, topo)
+		if err != nil {
+			return err
+		}
+		proj := r.id(lb.Project.ID)
+		hdr := map[string]string{"X-Project-Id": proj} // noauth Octavia scopes by this header
+		var out struct {
+			LB octaviaLB `json:"loadbalancer"`
+		}
+		if err := call(ctx, r.api.octavia, "POST", "lbaas/loadbalancers", hdr, map[string]any{"loadbalancer": map[string]any{
+			"name": lb.Name, "project_id": proj, "vip_subnet_id": r.id(lb.VIPSubnet.ID),
+			"vip_address": lb.VIP.String(), "provider": "amphora", "flavor_id": flavor}}, &out, 201); err != nil {
+			return fmt.Errorf("register: create load balancer %s: %w", lb.Name, err)
+		}
+		id := out.LB.ID
+		r.reg.IDs[lb.ID] = id
+		if err := r.created("loadbalancer", id, "", lb.Name); err != nil {
+			return err
+		}
+		// One child at a time, each once the LB is ACTIVE again; only
+		// member creation plugs the amphorae into member networks.
+		if err := r.waitLB(ctx, lb, id); err != nil {
+			return err
+		}
+		var li struct {
+			Listener struct {
+				ID string `json:"id"`
+			} `json:"listener"`
+		}
+		if err := call(ctx, r.api.octavia, "POST", "lbaas/listeners", hdr, map[string]any{"listener": map[string]any{
+			"name": lb.Name + "-listener", "protocol": lb.Protocol, "protocol_port": lb.ListenPort, "loadbalancer_id": id}}, &li, 201); err != nil {
+			return fmt.Errorf("register: load balancer %s: listener: %w", lb.Name, err)
+		}
+		if err := r.waitLB(ctx, lb, id); err != nil {
+			return err
+		}
+		var po struct {
+			Pool struct {
+				ID string `json:"id"`
+			} `json:"pool"`
+		}
+		if err := call(ctx, r.api.octavia, "POST", "lbaas/pools", hdr, map[string]any{"pool": map[string]any{
+			"name": lb.Name + "-pool", "protocol": lb.Protocol, "lb_algorithm": "ROUND_ROBIN", "listener_id": li.Listener.ID}}, &po, 201); err != nil {
+			return fmt.Errorf("register: load balancer %s: pool: %w", lb.Name, err)
+		}
+		r.reg.IDs[lb.PoolID] = po.Pool.ID
+		if err := r.waitLB(ctx, lb, id); err != nil {
+			return err
+		}
+		for _, m := range lb.Members {
+			var mo struct {
+				Member struct {
+					ID string `json:"id"`
+				} `json:"member"`
+			}
+			if err := call(ctx, r.api.octavia, "POST", "lbaas/pools/"+po.Pool.ID+"/members", hdr, map[string]any{"member": map[string]any{
+				"name": m.Server.Name, "address": m.Addr.String(), "protocol_port": m.ProtocolPort, "subnet_id": r.id(m.Subnet.ID)}}, &mo, 201); err != nil {
+				return fmt.Errorf("register: load balancer %s: member %s: %w", lb.Name, m.Server.Name, err)
+			}
+			r.reg.IDs[m.ID] = mo.Member.ID
+			if err := r.waitLB(ctx, lb, id); err != nil {
+				return err
+			}
+		}
+		if err := r.adoptAmphorae(ctx, lb, id); err != nil {
+			return err
+		}
+	}
+	return r.save()
+}
+
+// adoptAmphorae reads back what Octavia made: the VIP port, the amphorae
+// and their ports (management, VRRP, member networks), and binds the lab's
+// amphorae to them.
+func (r *registrar) adoptAmphorae(ctx context.Context, lb *LB, id string) error {
+	var got struct {
+		LB octaviaLB `json:"loadbalancer"`
+	}
+	if err := call(ctx, r.api.octavia, "GET", "lbaas/loadbalancers/"+id, nil, nil, &got, 200); err != nil {
+		return fmt.Errorf("register: load balancer %s: %w", lb.Name, err)
+	}
+	vip, err := r.ports(ctx, url.Values{"id": {got.LB.VIPPortID}})
+	if err != nil || len(vip) != 1 {
+		return fmt.Errorf("register: load balancer %s: VIP port %s not found in Neutron (%v)", lb.Name, got.LB.VIPPortID, err)
+	}
+	r.reg.Ports[lb.VIPPort.ID] = vip[0].bound()
+	var amps struct {
+		Amphorae []octaviaAmphora `json:"amphorae"`
+	}
+	if err := call(ctx, r.api.octavia, "GET", "octavia/amphorae?loadbalancer_id="+id, nil, nil, &amps, 200); err != nil {
+		return fmt.Errorf("register: load balancer %s: amphorae: %w", lb.Name, err)
+	}
+	list := amps.Amphorae[:0]
+	for _, a := range amps.Amphorae {
+		if a.LoadBalancer == id && a.Status != "DELETED" {
+			list = append(list, a)
+		}
+	}
+	if len(list) != len(lb.Amphorae) {
+		return fmt.Errorf("register: load balancer %s: Octavia made %d amphorae, the topology wants %d", lb.Name, len(list), len(lb.Amphorae))
+	}
+	rank := map[string]int{"MASTER": 0, "STANDALONE": 0, "BACKUP": 1}
+	slices.SortFunc(list, func(a, b octaviaAmphora) int {
+		return rank[a.Role] - rank[b.Role]
+	})
+	for k, oa := range list {
+		la := lb.Amphorae[k]
+		r.reg.Amphorae[la.ID] = BoundAmphora{ID: oa.ID, ComputeID: oa.ComputeID, Role: oa.Role}
+		ps, err := r.ports(ctx, url.Values{"device_id": {oa.ComputeID}})
+		if err != nil {
+			return fmt.Errorf("register: amphora %s: %w", oa.ID, err)
+		}
+		for _, np := range ps {
+			switch {
+			case np.ID == oa.VRRPPortID:
+				r.reg.Ports[la.VRRP.ID] = np.bound()
+				if r.c.ServiceProject != nil {
+					r.reg.IDs[r.c.ServiceProject.ID] = np.ProjectID
+				}
+			case len(np.FixedIPs) > 0 && np.FixedIPs[0].IPAddress == oa.LBNetworkIP:
+				if err := r.adoptMgmt(ctx, np); err != nil {
+					return err
+				}
+				r.reg.Ports[la.Mgmt.ID] = np.bound()
+			default:
+				for _, lp := range la.Ports[2:] {
+					if r.id(lp.Net.ID) == np.NetworkID {
+						r.reg.Ports[lp.ID] = np.bound()
+					}
+				}
+			}
+		}
+		for _, lp := range la.Ports {
+			if _, ok := r.reg.Ports[lp.ID]; !ok {
+				return fmt.Errorf("register: amphora %s (%s) has no port on %s in Neutron", oa.ID, la.Name, lp.Net.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// adoptMgmt binds the lab's management network to Octavia's.
+func (r *registrar) adoptMgmt(ctx context.Context, np neutronPort) error {
+	m := r.c.MgmtNet
+	if _, ok := r.reg.IDs[m.ID]; ok {
+		return nil
+	}
+	var out struct {
+		Subnet struct {
+			ID   string `json:"id"`
+			CIDR string `json:"cidr"`
+		} `json:"subnet"`
+	}
+	if err := call(ctx, r.api.neutron, "GET", "subnets/"+np.FixedIPs[0].SubnetID, nil, nil, &out, 200); err != nil {
+		return fmt.Errorf("register: Octavia's management subnet: %w", err)
+	}
+	if out.Subnet.CIDR != m.Subnets[0].Prefix.String() {
+		return fmt.Errorf("register: Octavia's management subnet is %s, the topology's %s; set octavia.mgmt_cidr: %s in the topology",
+			out.Subnet.CIDR, m.Subnets[0].Prefix, out.Subnet.CIDR)
+	}
+	r.reg.IDs[m.ID] = np.NetworkID
+	r.reg.IDs[m.Subnets[0].ID] = out.Subnet.ID
+	return nil
+}
+
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// ---------------------------------------------------------------- bind
+
+// Bind rewrites the cloud with what OpenStack made (reg): ids, MACs,
+// addresses and the names derived from them (tap<id[:11]>, brq…, qr-…),
+// so the namespaces carry exactly the objects the APIs list.
+func (c *Cloud) Bind(reg *Registration) error {
+	if reg == nil {
+		return nil
+	}
+	id := func(s *string) {
+		if v, ok := reg.IDs[*s]; ok {
+			*s = v
+		}
+	}
+	for _, p := range c.Projects {
+		id(&p.ID)
+	}
+	for _, n := range c.Networks {
+		old := n.ID
+		id(&n.ID)
+		if n.ID != old {
+			n.Bridge = "brq" + n.ID[:11]
+		}
+		for _, sn := range n.Subnets {
+			id(&sn.ID)
+		}
+	}
+	for _, rt := range c.Routers {
+		id(&rt.ID)
+	}
+	for _, s := range c.Servers {
+		id(&s.ID)
+		for _, p := range s.Ports {
+			p.DeviceID = s.ID
+		}
+	}
+	for _, p := range c.Ports {
+		old := p.ID
+		if b, ok := reg.Ports[p.ID]; ok {
+			if err := c.bindPort(p, b); err != nil {
+				return err
+			}
+		} else {
+			id(&p.ID)
+		}
+		if p.ID != old && len(old) >= 11 && len(p.ID) >= 11 {
+			p.HostDev = strings.Replace(p.HostDev, old[:11], p.ID[:11], 1)
+			p.Dev = strings.Replace(p.Dev, old[:11], p.ID[:11], 1)
+		}
+	}
+	for _, f := range c.FIPs {
+		id(&f.ID)
+		f.Holder.DeviceID = f.ID
+		f.Addr, f.Fixed = f.Holder.V4(), f.Port.V4()
+	}
+	for _, rt := range c.Routers {
+		for _, p := range rt.Ifaces {
+			p.DeviceID = rt.ID
+		}
+		if rt.GwPort != nil {
+			rt.GwPort.DeviceID = rt.ID
+		}
+	}
+	for _, lb := range c.LBs {
+		id(&lb.ID)
+		id(&lb.PoolID)
+		lb.VIPPort.DeviceID = "lb-" + lb.ID
+		lb.VIPPort.Name = "octavia-lb-" + lb.ID
+		lb.VIP = lb.VIPPort.V4()
+		for _, m := range lb.Members {
+			id(&m.ID)
+			m.Addr = m.Port.V4()
+		}
+		for _, a := range lb.Amphorae {
+			if b, ok := reg.Amphorae[a.ID]; ok {
+				a.ID, a.ComputeID, a.Role = b.ID, b.ComputeID, b.Role
+			}
+			for _, p := range a.Ports {
+				p.DeviceID = a.ComputeID
+			}
+			a.VRRP.Name = "octavia-lb-vrrp-" + a.ID
+			a.VRRP.AddrPairs = []netip.Addr{lb.VIP}
+		}
+	}
+	return nil
+}
+
+func (c *Cloud) bindPort(p *Port, b BoundPort) error {
+	mac, err := net.ParseMAC(b.MAC)
+	if err != nil {
+		return fmt.Errorf("lab: registered port %s: MAC %q: %w", b.ID, b.MAC, err)
+	}
+	var ips []FixedIP
+	for _, s := range b.IPs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("lab: registered port %s: address %q: %w", b.ID, s, err)
+		}
+		var sn *Subnet
+		for _, x := range p.Net.Subnets {
+			if x.Prefix.Contains(a) {
+				sn = x
+			}
+		}
+		if sn == nil {
+			return fmt.Errorf("lab: registered port %s: address %s is in no subnet of network %s", b.ID, a, p.Net.Name)
+		}
+		ips = append(ips, FixedIP{Subnet: sn, Addr: a})
+	}
+	p.ID, p.MAC, p.IPs = b.ID, mac, ips
+	return nil
+}
+
+// ---------------------------------------------------------------- unregister
+
+// unregister deletes what reg.Created lists, newest first. Objects
+// already gone are skipped; the first other failure is returned after
+// trying the rest.
+func unregister(ctx context.Context, api *osAPI, reg *Registration, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) error {
+	var errs []error
+	gone := func(err error) bool {
+		return err == nil || gophercloud.ResponseCodeIs(err, http.StatusNotFound)
+	}
+	// Load balancers first (cascade: listeners, pools, members, amphorae
+	// and their ports), waiting until Octavia has released the VIP port.
+	for _, c := range reg.Created {
+		if c.Kind != "loadbalancer" {
+			continue
+		}
+		err := call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
+		if !gone(err) && !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+			errs = append(errs, err)
+			continue
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			var out struct {
+				LB octaviaLB `json:"loadbalancer"`
+			}
+			err := call(ctx, api.octavia, "GET", "lbaas/loadbalancers/"+c.ID, nil, nil, &out, 200)
+			if gophercloud.ResponseCodeIs(err, http.StatusNotFound) || out.LB.ProvisioningStatus == "DELETED" {
+				break
+			}
+			if out.LB.ProvisioningStatus == "ACTIVE" || out.LB.ProvisioningStatus == "ERROR" {
+				// a delete refused while PENDING_*: ask again
+				call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	for i := len(reg.Created) - 1; i >= 0; i-- {
+		c := reg.Created[i]
+		var err error
+		switch c.Kind {
+		case "loadbalancer":
+			continue
+		case "project":
+			err = call(ctx, api.keystone, "DELETE", "projects/"+c.ID, nil, nil, nil, 204)
+		case "network":
+			err = call(ctx, api.neutron, "DELETE", "networks/"+c.ID, nil, nil, nil, 204)
+		case "port":
+			err = call(ctx, api.neutron, "DELETE", "ports/"+c.ID, nil, nil, nil, 204)
+		case "router":
+			err = call(ctx, api.neutron, "DELETE", "routers/"+c.ID, nil, nil, nil, 204)
+		case "router_interface":
+			err = call(ctx, api.neutron, "PUT", "routers/"+c.Parent+"/remove_router_interface", nil, map[string]any{"port_id": c.ID}, nil, 200)
+		case "floatingip":
+			err = call(ctx, api.neutron, "DELETE", "floatingips/"+c.ID, nil, nil, nil, 204)
+		case "flavor":
+			err = call(ctx, api.octavia, "DELETE", "lbaas/flavors/"+c.ID, nil, nil, nil, 204)
+		case "flavorprofile":
+			err = call(ctx, api.octavia, "DELETE", "lbaas/flavorprofiles/"+c.ID, nil, nil, nil, 204)
+		default:
+			err = fmt.Errorf("unknown kind %q", c.Kind)
+		}
+		if !gone(err) {
+			log.Warn("lab down: could not delete an OpenStack object", "kind", c.Kind, "id", c.ID, "name", c.Name, "err", err)
+			errs = append(errs, fmt.Errorf("delete %s %s (%s): %w", c.Kind, c.ID, c.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("lab down: %d OpenStack objects not deleted: %w", len(errs), errors.Join(errs...))
+	}
+	log.Info("lab down: OpenStack objects deleted", "objects", len(reg.Created))
+	return nil
+}
+
+// cloudsYAML is the clouds.yaml the lab's tapflow reads its inventory
+// with (mode 0600 in the state directory: it holds the password).
+func (o RegisterOptions) cloudsYAML() ([]byte, error) {
+	auth := map[string]string{"auth_url": o.AuthURL, "username": o.getenv("OS_USERNAME"), "password": o.getenv("OS_PASSWORD"),
+		"project_name": o.getenv("OS_PROJECT_NAME")}
+	for env, key := range map[string]string{"OS_USER_DOMAIN_ID": "user_domain_id", "OS_USER_DOMAIN_NAME": "user_domain_name",
+		"OS_PROJECT_DOMAIN_ID": "project_domain_id", "OS_PROJECT_DOMAIN_NAME": "project_domain_name"} {
+		if v := o.getenv(env); v != "" {
+			auth[key] = v
+		}
+	}
+	if auth["user_domain_id"] == "" && auth["user_domain_name"] == "" {
+		auth["user_domain_id"] = "default"
+	}
+	if auth["project_domain_id"] == "" && auth["project_domain_name"] == "" {
+		auth["project_domain_id"] = "default"
+	}
+	entry := map[string]any{"auth": auth, "interface": o.iface()}
+	if r := o.getenv("OS_REGION_NAME"); r != "" {
+		entry["region_name"] = r
+	}
+	return yaml.Marshal(map[string]any{"clouds": map[string]any{"lab": entry}})
+}
+
+// register creates the cloud in OpenStack and binds it (Up's first step
+// with Options.Register). The state is saved after every object, so a
+// failure or a crash leaves a record `lab down` deletes from.
+func (l *Lab) register(ctx context.Context) error {
+	o := *l.opts.Register
+	start := time.Now()
+	api, err := dialOpenStack(ctx, o)
+	if err != nil {
+		return err
+	}
+	reg := &Registration{AuthURL: o.AuthURL, Region: o.getenv("OS_REGION_NAME"), Interface: o.iface(), Endpoints: api.endpoints,
+		IDs: map[string]string{}, Ports: map[string]BoundPort{}, Amphorae: map[string]BoundAmphora{}}
+	l.mu.Lock()
+	l.reg = reg
+	l.mu.Unlock()
+	clouds, err := o.cloudsYAML()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.CloudsPath(), clouds, 0o600); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := l.Cloud.register(ctx, api, reg, l.saveState, l.log, o.NovaConf, l.dir); err != nil {
+		return err
+	}
+	if err := l.Cloud.Bind(reg); err != nil {
+		return err
+	}
+	l.log.Info("lab registered in OpenStack", "keystone", o.AuthURL, "objects", len(reg.Created), "took", time.Since(start).Round(time.Millisecond))
+	return l.saveState()
+}
+
+// unregisterState deletes the OpenStack objects a lab's state directory
+// records (Teardown). Credentials come from the OS_* variables.
+func unregisterState(ctx context.Context, stateDir string, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) error {
+	b, err := os.ReadFile(filepath.Join(stateDir, stateMarker))
+	if err != nil {
+		return nil // no state: nothing registered that we know of
+	}
+	var st stateFile
+	if err := yaml.Unmarshal(b, &st); err != nil || st.Registration == nil || len(st.Registration.Created) == 0 {
+		return nil
+	}
+	api, err := dialOpenStack(ctx, RegisterOptions{AuthURL: st.Registration.AuthURL})
+	if err != nil {
+		return fmt.Errorf("%w; the lab's OpenStack objects stay listed in %s until `tapflow lab down` runs with the credentials", err, stateDir)
+	}
+	return unregister(ctx, api, st.Registration, log)
+}

@@ -1,0 +1,174 @@
+package lab
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netns"
+)
+
+// TestBind: what OpenStack made replaces the derived ids, MACs and
+// addresses, and every name and reference derived from them follows.
+func TestBind(t *testing.T) {
+	data, err := os.ReadFile("../deploy/lab/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := ParseTopology(data, "demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Resolve(topo, "tfb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	web1 := c.Server("web1").Ports[0]
+	lb := c.LB("web-lb")
+	amp := lb.Amphorae[0]
+	rt := c.Router("acme-router")
+	acme := c.Project("acme")
+	net := c.Network("web")
+	reg := &Registration{IDs: map[string]string{
+		acme.ID:             "11111111111111111111111111111111",
+		net.ID:              "aaaaaaaa-1111-4111-8111-111111111111",
+		rt.ID:               "bbbbbbbb-2222-4222-8222-222222222222",
+		lb.ID:               "cccccccc-3333-4333-8333-333333333333",
+		c.Server("web1").ID: "dddddddd-4444-4444-8444-444444444444",
+	}, Ports: map[string]BoundPort{
+		web1.ID:       {ID: "eeeeeeee-5555-4555-8555-555555555555", MAC: "fa:16:3e:12:34:56", IPs: []string{"10.0.1.11", "fd00:1::11"}},
+		lb.VIPPort.ID: {ID: "ffffffff-6666-4666-8666-666666666666", MAC: "fa:16:3e:00:00:01", IPs: []string{"10.0.1.100"}},
+		amp.VRRP.ID:   {ID: "12345678-7777-4777-8777-777777777777", MAC: "fa:16:3e:00:00:02", IPs: []string{"10.0.1.7"}},
+	}, Amphorae: map[string]BoundAmphora{amp.ID: {ID: "99999999-8888-4888-8888-888888888888", ComputeID: "abcdefab-9999-4999-8999-999999999999", Role: "BACKUP"}}}
+	if err := c.Bind(reg); err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ what, got, want string }{
+		{"project id", acme.ID, "11111111111111111111111111111111"},
+		{"bridge", net.Bridge, "brqaaaaaaaa-11"},
+		{"tap", web1.HostDev, "tapeeeeeeee-55"},
+		{"tap mac", web1.MAC.String(), "fa:16:3e:12:34:56"},
+		{"server port device_id", web1.DeviceID, "dddddddd-4444-4444-8444-444444444444"},
+		{"router interface device_id", rt.Ifaces[0].DeviceID, rt.ID},
+		{"router interface dev", rt.Ifaces[0].Dev, "qr-" + rt.Ifaces[0].ID[:11]},
+		{"VIP device_id", lb.VIPPort.DeviceID, "lb-cccccccc-3333-4333-8333-333333333333"},
+		{"VIP", lb.VIP.String(), "10.0.1.100"},
+		{"amphora compute", amp.Ports[0].DeviceID, "abcdefab-9999-4999-8999-999999999999"},
+		{"amphora role", amp.Role, "BACKUP"},
+		{"VRRP address", amp.VRRP.V4().String(), "10.0.1.7"},
+		{"VRRP tap", amp.VRRP.HostDev, "tap12345678-77"},
+		{"VRRP name", amp.VRRP.Name, "octavia-lb-vrrp-99999999-8888-4888-8888-888888888888"},
+		{"VRRP allowed pair", amp.VRRP.AddrPairs[0].String(), "10.0.1.100"},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("%s = %q, want %q", ck.what, ck.got, ck.want)
+		}
+	}
+	if ip := web1.IPs[1]; ip.Addr != netip.MustParseAddr("fd00:1::11") || !ip.Subnet.Prefix.Contains(ip.Addr) {
+		t.Errorf("web1 IPv6 %v not bound to its subnet", ip)
+	}
+	if p := c.PortByTap("tapeeeeeeee-55"); p != web1 {
+		t.Error("PortByTap does not find the bound tap")
+	}
+	// An address in no subnet of the port's network is refused.
+	bad := &Registration{Ports: map[string]BoundPort{c.Server("web2").Ports[0].ID: {ID: "x", MAC: "fa:16:3e:00:00:03", IPs: []string{"192.0.2.1"}}}}
+	if err := c.Bind(bad); err == nil || !strings.Contains(err.Error(), "in no subnet of network web") {
+		t.Errorf("Bind with a foreign address = %v", err)
+	}
+}
+
+// TestRegisterOptionsErrors: bad or missing credentials are named before
+// any request.
+func TestRegisterOptionsErrors(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	full := map[string]string{"OS_USERNAME": "admin", "OS_PASSWORD": "pw", "OS_PROJECT_NAME": "admin"}
+	cases := []struct {
+		name, url string
+		env       map[string]string
+		want      string
+	}{
+		{"no url", "", full, "no Keystone URL"},
+		{"not a url", "keystone:5000", full, "is not Keystone's URL"},
+		{"no password", "http://127.0.0.1:5000/v3", map[string]string{"OS_USERNAME": "admin", "OS_PROJECT_NAME": "admin"}, "OS_PASSWORD not set"},
+		{"nothing", "http://127.0.0.1:5000/v3", nil, "OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME not set"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := RegisterOptions{AuthURL: tc.url, Getenv: env(tc.env)}.authOptions()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	ao, eo, err := RegisterOptions{AuthURL: "http://127.0.0.1:5000/v3", Getenv: env(full)}.authOptions()
+	if err != nil || ao.DomainID != "default" || ao.Scope.ProjectName != "admin" || eo.Availability != "internal" {
+		t.Errorf("defaults: %+v %+v %v", ao, eo, err)
+	}
+}
+
+// TestForwardLoopback: a server on the host's 127.0.0.1 answers a client
+// in another namespace through the forwarder (root).
+func TestForwardLoopback(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	ns := "tffwd" + strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	exec.Command("ip", "-n", ns, "link", "set", "lo", "up").Run()
+	srv, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }() // echo
+		}
+	}()
+	f, err := forwardLoopback(ns, []string{srv.Addr().String(), "192.0.2.1:80"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if len(f.lns) != 1 {
+		t.Errorf("%d listeners, want 1 (only loopback addresses are forwarded)", len(f.lns))
+	}
+	// Dial from inside the namespace.
+	done := make(chan string, 1)
+	go func() {
+		runtime.LockOSThread() // this thread ends in the namespace; never unlocked
+		h, err := netns.GetFromName(ns)
+		if err != nil || netns.Set(h) != nil {
+			done <- "enter namespace failed"
+			return
+		}
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			done <- "dial: " + err.Error()
+			return
+		}
+		defer c.Close()
+		c.Write([]byte("ping"))
+		c.(*net.TCPConn).CloseWrite()
+		b, _ := io.ReadAll(c)
+		done <- string(b)
+	}()
+	if got := <-done; got != "ping" {
+		t.Errorf("echo through the forwarder = %q, want ping", got)
+	}
+}

@@ -438,6 +438,15 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	if err := errors.Join(stepErr, stopErr); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	if !l.Registered() {
+		// Keep the inventory next to the data: `tapflow report --names`
+		// shows project, server and LB names with it after lab down.
+		if b, err := os.ReadFile(l.InventoryPath()); err == nil {
+			if err := writeAtomic(filepath.Join(p.DataDir(), "inventory.yaml"), b); err != nil {
+				return nil, err
+			}
+		}
+	}
 	flows, err := ReadFlows(p.DataDir())
 	if err != nil {
 		return nil, err

@@ -31,10 +31,12 @@ status=0
 "$bin" lab scenario --prefix tfldemo --data "$data" demo || status=$?
 echo
 if [[ -d "$data/demo/flows" ]]; then
-	"$bin" report --data "$data/demo" --by tenant,zone,direction,external_network || true
+	names=()
+	[[ -f $data/demo/inventory.yaml ]] && names=(--names "$data/demo/inventory.yaml")
+	"$bin" report --data "$data/demo" --by tenant,zone,direction,external_network "${names[@]}" || true
 	echo
 	echo "Parquet files: $data/demo/flows/dt=YYYY-MM-DD/hour=HH/*.parquet (meters: $data/demo/meters/)"
-	echo "tapflow's log: $data/demo/tapflow.log   its config: $data/demo/tapflow.yaml"
+	echo "tapflow's log: $data/demo/tapflow.log   its config: $data/demo/tapflow.yaml   the lab's inventory: $data/demo/inventory.yaml"
 	echo "Query them:    duckdb -c \"SELECT tenant_id, zone, direction, external_network, sum(bytes) FROM read_parquet('$data/demo/flows/**/*.parquet', hive_partitioning=true) GROUP BY ALL ORDER BY 5 DESC\""
 fi
 exit $status

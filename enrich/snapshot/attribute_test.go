@@ -146,6 +146,8 @@ func TestAttributeRules(t *testing.T) {
 		{"IPv6 gateway is infra", in(t, rx, macA3, macR1Back, "fd00:2::20", "fd00:2::1"), want{tenant: "t1", zone: "infra"}},
 		{"IPv6 own subnet routed", in(t, tx, macA3, macOVNDHCP, "fd00:2::20", "fd00:2::99"), want{tenant: "t1", zone: "same_tenant", peer: "t1"}},
 		{"IPv6 metadata", in(t, tx, macA3, macOVNDHCP, "fd00:2::20", "fe80::a9fe:a9fe"), want{tenant: "t1", zone: "infra"}},
+		{"IPv6 link-local (neighbour discovery with the router) is infra, not external", in(t, tx, macA3, macR1Back, "fe80::f816:3eff:fe00:3", "fe80::f816:3eff:fe00:1"), want{tenant: "t1", zone: "infra"}},
+		{"IPv4 link-local is infra", in(t, tx, macA1, macR1T1c, "10.0.3.10", "169.254.7.7"), want{tenant: "t1", zone: "infra"}},
 		{"IPv4-mapped IPv6 is IPv4", in(t, tx, macA1, macR1T1c, "::ffff:10.0.3.10", "::ffff:172.16.0.50"), want{tenant: "t1", zone: "shared"}},
 		// invalid input
 		{"no direction is miss", Input{VMMAC: mustMAC(t, macA1), PeerMAC: mustMAC(t, macR1T1c)}, want{tenant: "t1", zone: "miss"}},

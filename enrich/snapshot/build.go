@@ -722,6 +722,11 @@ func (b *builder) prefixRows() {
 	b.addRow(0, netip.MustParsePrefix("::/0"), rowVal{zone: ZoneExternal})
 	b.addRow(0, netip.PrefixFrom(MetadataV4, 32), rowVal{zone: ZoneInfra})
 	b.addRow(0, netip.PrefixFrom(MetadataV6, 128), rowVal{zone: ZoneInfra})
+	// Link-local addresses never leave the L2 segment: neighbour
+	// discovery with the router's fe80:: address is plumbing, not
+	// internet traffic (the catch-all would bill it as external).
+	b.addRow(0, netip.MustParsePrefix("169.254.0.0/16"), rowVal{zone: ZoneInfra})
+	b.addRow(0, netip.MustParsePrefix("fe80::/10"), rowVal{zone: ZoneInfra})
 	ids := make([]string, 0, len(b.subnets))
 	for id := range b.subnets {
 		ids = append(ids, id)

@@ -50,7 +50,7 @@ func has(list []netip.Addr, a netip.Addr) bool {
 // with §2's Octavia branch:
 //
 //  1. destination MAC with the group bit → multicast (tenant still from the
-//     VM MAC when known);
+//     VM MAC when known; on receive, from the tap's port);
 //  2. VM MAC unknown (or its ghost expired) → unknown / miss;
 //  3. peer MAC a known VM-like port → amphora base-address test (infra,
 //     segment 2), else exact tenant comparison;
@@ -61,6 +61,12 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	*out = Result{TenantID: UnknownTenant, ExternalNetwork: NoExternalNetwork, Zone: ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
 	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
+	if !known && in.Dir == DirRX && IsGroupMAC(in.VMMAC) && in.Tap != "" {
+		// Received multicast/broadcast: the tap names the receiving port.
+		if mac, ok := s.taps[in.Tap]; ok {
+			vme, known = s.lookupMAC(mac, in.NowUS)
+		}
+	}
 	vm := vme.ep
 	if known {
 		out.TenantID, out.ServerID, out.PortID = vm.TenantID, vm.ServerID, vm.PortID

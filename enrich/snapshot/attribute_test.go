@@ -68,6 +68,8 @@ func in(t testing.TB, dir Direction, vm, peer, local, remote string) Input {
 	return x
 }
 
+func withTap(x Input, tap string) Input { x.Tap = tap; return x }
+
 type want struct {
 	tenant, server, port, zone, peer, ext, lb string
 	seg                                       int32
@@ -136,6 +138,10 @@ func TestAttributeRules(t *testing.T) {
 		{"multicast sent", in(t, tx, macA1, "01:00:5e:00:00:fb", "10.0.3.10", "224.0.0.251"), want{tenant: "t1", zone: "multicast"}},
 		{"broadcast sent (DHCP discover)", in(t, tx, macA1, "ff:ff:ff:ff:ff:ff", "0.0.0.0", "255.255.255.255"), want{tenant: "t1", zone: "multicast"}},
 		{"multicast received: group MAC is the VM side", in(t, rx, "33:33:00:00:00:fb", macA3, "ff02::fb", "fd00:2::20"), want{tenant: "unknown", zone: "multicast"}},
+		{"multicast received on a known tap: the tap's port", withTap(in(t, rx, "33:33:00:00:00:fb", macA3, "ff02::fb", "fd00:2::20"), "tapp-a3"), want{tenant: "t1", server: "srv-a3", port: "p-a3", zone: "multicast"}},
+		{"broadcast received on a known tap", withTap(in(t, rx, "ff:ff:ff:ff:ff:ff", macR1T1c, "255.255.255.255", "10.0.3.1"), "tapp-a1"), want{tenant: "t1", server: "srv-a1", port: "p-a1", zone: "multicast"}},
+		{"multicast received on an unknown tap stays unknown", withTap(in(t, rx, "33:33:00:00:00:fb", macA3, "ff02::fb", "fd00:2::20"), "tapffffffff-ff"), want{tenant: "unknown", zone: "multicast"}},
+		{"the tap never overrides a unicast VM MAC", withTap(in(t, tx, macA1, macR1T1c, "10.0.3.10", "8.8.8.8"), "tapp-a3"), want{tenant: "t1", server: "srv-a1", port: "p-a1", zone: "external", ext: "public"}},
 		{"multicast beats a known peer", in(t, tx, macA1, "01:00:5e:00:00:01", "10.0.3.10", "10.0.3.11"), want{tenant: "t1", zone: "multicast"}},
 		// unknown VM
 		{"unknown VM MAC", in(t, tx, macUnknownVM, macR1T1c, "10.0.3.77", "8.8.8.8"), want{tenant: "unknown", zone: "miss"}},

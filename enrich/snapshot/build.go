@@ -92,9 +92,10 @@ type Snapshot struct {
 	// entry is inline so the ghost check, tenant comparison and router
 	// label need no pointer chase.
 	macs      map[uint64]macEntry
-	labels    []string // router exit labels, by macEntry.label
-	tenants   []string // project by tenant index; 0 is ""
-	tables    []tables // 0: global rows; i: tenant i
+	taps      map[string]uint64 // tap<port-id[:11]> → the port's MAC (received multicast)
+	labels    []string          // router exit labels, by macEntry.label
+	tenants   []string          // project by tenant index; 0 is ""
+	tables    []tables          // 0: global rows; i: tenant i
 	vals      []rowVal
 	tenantIdx map[string]uint32
 	anomalies []Anomaly
@@ -302,8 +303,12 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	s.tables, s.vals = b.flattenTables(&s.stats)
 	b.carryGhosts(s, eps)
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
+	s.taps = make(map[string]uint64, len(eps))
 	for mac, e := range eps {
 		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, amphora: e.Amphora, label: -1}
+		if !e.AAP && e.PortID != "" {
+			s.taps["tap"+e.PortID[:min(11, len(e.PortID))]] = mac
+		}
 	}
 	labelIdx := map[string]int32{}
 	for mac, l := range b.routerMAC {

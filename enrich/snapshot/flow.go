@@ -20,7 +20,7 @@ var (
 // IPs are left invalid (such a record can still be attributed by its MACs).
 // On error in holds what parsed.
 func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
-	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction)}
+	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction), Tap: f.Ifname}
 	var err error
 	var ok bool
 	if in.VMMAC, ok = ParseMAC(f.VMMAC); !ok {

@@ -85,6 +85,10 @@ type Input struct {
 	// NowUS is the attribution clock (µs since the Unix epoch) against
 	// which ghost deadlines are checked.
 	NowUS int64
+	// Tap is the capture interface (tap<port-id[:11]>, as Nova names it).
+	// It names the VM when its MAC cannot: on received multicast the
+	// VM-side MAC is the group address. "" when unknown.
+	Tap string
 }
 
 // Swap fills the MAC and IP fields of in from wire order: on tx the VM is

@@ -25,7 +25,7 @@
 // and routed between the tenant's subnets), other_tenant (L2), shared,
 // external (through the router or an unknown next hop, outbound and
 // inbound to floating IPs), infra (metadata, DHCP/DNS to the DHCP port,
-// the gateway), multicast (sent, and received: tenant unknown), miss (taps
+// the gateway), multicast (sent, and received: tenant from the tap), miss (taps
 // of ports missing from the inventory), lb_segment_1 (client ↔ VIP, at the
 // amphora and at the client) and lb_segment_2 (amphora ↔ member).
 //

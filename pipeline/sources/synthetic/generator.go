@@ -392,7 +392,7 @@ func (g *generator) multicast(fl *flow) {
 		fl.attr, fl.kind = a.attr(zoneMcast), "multicast tx: DHCP discover to the broadcast MAC"
 	default:
 		// Received: on rx the VM-side MAC is the wire destination, the group
-		// address, so the tenant is unknown (attribution rule 2).
+		// address; the tap names the VM (attribution rule 2).
 		fl.ifname, fl.dir = a.ifname, "rx"
 		if g.tp.vmsPer >= 2 && g.coin() {
 			b := g.vm(t, g.otherThan(v, g.tp.vmsPer))
@@ -402,8 +402,8 @@ func (g *generator) multicast(fl *flow) {
 			fl.vmMAC, fl.peerMAC = allHostsMAC, a.routerMAC
 			fl.srcIP, fl.dstIP, fl.proto = a.gatewayIP, "224.0.0.1", protoIGMP
 		}
-		fl.attr = attribution{tenant: snapshot.UnknownTenant, zone: zoneMcast, extNet: snapshot.NoExternalNetwork}
-		fl.kind = "multicast rx: VM-side MAC is the group address, tenant unknown"
+		fl.attr = a.attr(zoneMcast)
+		fl.kind = "multicast rx: VM-side MAC is the group address; the tap names the VM"
 	}
 	g.profile(fl)
 }

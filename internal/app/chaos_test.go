@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,77 +34,70 @@ import (
 )
 
 var (
-	tapflowOnce sync.Once
-	tapflowBin  string
-	tapflowErr  error
+	chaosBinOnce sync.Once
+	chaosBinDir  string
+	chaosBinErr  error
 )
 
-// tapflowBinary builds cmd/tapflow once per test binary.
-func tapflowBinary(t *testing.T) string {
+// chaosBinaries builds cmd/tapflow and the chaosnats server
+// (internal/chaos/cmd/chaosnats) once per test binary and returns their
+// paths.
+func chaosBinaries(t *testing.T) (tapflow, natsServer string) {
 	t.Helper()
-	tapflowOnce.Do(func() {
+	chaosBinOnce.Do(func() {
 		root, err := versitygw.RepoRoot()
 		if err != nil {
-			tapflowErr = err
+			chaosBinErr = err
 			return
 		}
 		dir, err := os.MkdirTemp("", "tapflow-chaos-bin-")
 		if err != nil {
-			tapflowErr = err
+			chaosBinErr = err
 			return
 		}
 		start := time.Now()
-		tapflowBin, tapflowErr = chaos.BuildTapflow(root, dir)
-		t.Logf("built tapflow in %s", time.Since(start).Round(time.Millisecond))
+		chaosBinErr = chaos.Build(root, dir, "./cmd/tapflow", "./internal/chaos/cmd/chaosnats")
+		chaosBinDir = dir
+		t.Logf("built tapflow and chaosnats in %s", time.Since(start).Round(time.Millisecond))
 	})
-	if tapflowErr != nil {
-		t.Fatal(tapflowErr)
+	if chaosBinErr != nil {
+		t.Fatal(chaosBinErr)
 	}
-	return tapflowBin
+	return filepath.Join(chaosBinDir, "tapflow"), filepath.Join(chaosBinDir, "chaosnats")
 }
 
-// natsProc is an embedded nats-server in the test process on a fixed
-// loopback port and store, so it can be stopped and started again.
+// natsProc is tapflow's embedded nats-server run as a child process
+// (chaosnats: not under the race detector, which is for tapflow's code)
+// on a fixed loopback port and store, so it can be stopped and started
+// again.
 type natsProc struct {
-	dir, addr string
-	emb       *natsx.Embedded
+	*chaos.NATS
+	addr string
+}
+
+func newNATSProc(t *testing.T, bin, dir string) *natsProc {
+	t.Helper()
+	n, err := chaos.NewNATS(bin, filepath.Join(dir, "nats"), "127.0.0.1:0", filepath.Join(dir, "nats.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &natsProc{NATS: n}
 }
 
 func (n *natsProc) start(t *testing.T) {
 	t.Helper()
-	e, err := natsx.NewEmbedded(n.dir, n.addr, "chaos", quiet)
-	if err != nil {
+	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.emb = e
-	if n.addr == "127.0.0.1:0" {
-		n.addr = strings.TrimPrefix(e.ClientURL(), "nats://")
-	}
-	nc, err := e.Connect("chaos-admin", quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if err := natsx.EnsureStreams(context.Background(), js, natsx.DefaultConfig(), quiet); err != nil {
-		t.Fatal(err)
-	}
+	n.addr = n.Addr()
 }
 
-func (n *natsProc) stop() {
-	if n.emb != nil {
-		_ = n.emb.Close()
-		n.emb = nil
-	}
-}
+func (n *natsProc) stop() { n.Stop() }
 
 // consumerIdle reports whether the collector's durable consumer has
 // nothing pending and nothing unacked.
 func (n *natsProc) consumerIdle(t *testing.T, durable string) (bool, string) {
-	nc, err := n.emb.Connect("chaos-probe", quiet)
+	nc, err := nats.Connect("nats://"+n.addr, nats.Name("chaos-probe"), nats.MaxReconnects(0))
 	if err != nil {
 		return false, err.Error()
 	}
@@ -163,7 +157,7 @@ func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
 	if testing.Short() {
 		t.Skip("chaos run: not in -short")
 	}
-	bin := tapflowBinary(t)
+	bin, natsBin := chaosBinaries(t)
 	dir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TAPFLOW_CHAOS_SEED"); s != "" {
@@ -172,9 +166,9 @@ func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	t.Logf("chaos seed %d (TAPFLOW_CHAOS_SEED=%d reproduces the schedule)", seed, seed)
 
-	nsrv := &natsProc{dir: filepath.Join(dir, "nats"), addr: "127.0.0.1:0"}
+	nsrv := newNATSProc(t, natsBin, dir)
 	nsrv.start(t)
-	defer nsrv.stop()
+	defer nsrv.Close()
 	px, err := chaos.NewProxy(nsrv.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +303,7 @@ log:
 			t.Fatal(err)
 		}
 	}
+	scheduleDone := time.Now()
 	if cutDone != nil {
 		<-cutDone
 	}
@@ -319,6 +314,7 @@ log:
 		t.Fatalf("agent: %v", err)
 	}
 	// The last collector drains the stream; then a graceful stop.
+	agentStopped := time.Now()
 	deadline := time.Now().Add(90 * time.Second)
 	var state string
 	for {
@@ -345,6 +341,9 @@ log:
 	elapsed := time.Since(start)
 
 	rows := r.readOutput(t)
+	t.Logf("chaos phases: schedule %s, cut end + spool replay + agent stop %s, drain + collector stop %s, reading the output %s",
+		scheduleDone.Sub(start).Round(time.Millisecond), agentStopped.Sub(scheduleDone).Round(time.Millisecond),
+		(elapsed - agentStopped.Sub(start)).Round(time.Millisecond), (time.Since(start) - elapsed).Round(time.Millisecond))
 	seen := make(map[recID]struct{}, len(rows))
 	var bytes int64
 	dups := 0
@@ -490,6 +489,7 @@ func readLocalOutput(out string) func(t *testing.T) []schemas.Flow {
 // restarts and a 30 s cut between agent and NATS; nothing lost, nothing
 // twice.
 func TestChaosCollectorKilled(t *testing.T) {
+	t.Parallel()
 	out := t.TempDir()
 	runChaos(t, chaosRun{
 		outputYAML: "  output: " + out,
@@ -503,6 +503,7 @@ func TestChaosCollectorKilled(t *testing.T) {
 // is cut for 10 s. Redeliveries of one collector's committed batches go to
 // the other, which must see them in the shared output.
 func TestChaosTwoCollectors(t *testing.T) {
+	t.Parallel()
 	out := t.TempDir()
 	runChaos(t, chaosRun{
 		outputYAML: "  output: " + out,
@@ -518,6 +519,7 @@ var _ = slog.LevelInfo
 // restarted a few kills later: uploads are retried, acks held, nothing
 // lost or doubled.
 func TestChaosCollectorKilledS3(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos run: not in -short")
 	}

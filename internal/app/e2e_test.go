@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
@@ -203,10 +204,24 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 	agentDone := make(chan struct{})
 	go func() { defer close(agentDone); agentCount = runAgentFor(t, cfg, s.JS, 3*time.Second) }()
 
-	// 1. graceful stop after 1 s: commits and acks what it holds.
-	ctx1, stop1 := context.WithTimeout(context.Background(), time.Second)
+	// 1. graceful stop after 1 s, once it holds messages (a loaded
+	// machine may take longer to deliver the first): commits and acks
+	// what it holds.
+	ctx1, stop1 := context.WithCancel(context.Background())
 	defer stop1()
-	if err := runCollector(t, ctx1, cfg, s.JS, false); err != nil {
+	done1 := make(chan error, 1)
+	go func() { done1 <- runCollector(t, ctx1, cfg, s.JS, false) }()
+	time.Sleep(time.Second)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if info, err := consumerInfo(s.JS, cfg.Collector.Consumer.Durable); err == nil && info.NumAckPending > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the collector received nothing in 30 s")
+		}
+	}
+	stop1()
+	if err := <-done1; err != nil {
 		t.Fatal(err)
 	}
 	if len(readParquet(t, dir)) == 0 {
@@ -286,6 +301,17 @@ func removeFilesAfter(t *testing.T, dir string, keepRows int) {
 		_ = os.Remove(files[newest].path)
 		files = append(files[:newest], files[newest+1:]...)
 	}
+}
+
+// consumerInfo is the flows stream's durable consumer's state.
+func consumerInfo(js jetstream.JetStream, durable string) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, natsx.FlowsStream, durable)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
 }
 
 func mustOpen(t *testing.T, p string) *os.File {

@@ -125,16 +125,26 @@ func (p *Process) Close() error {
 // BuildTapflow builds the tapflow command (no cgo, no race detector) into
 // dir and returns the binary's path. repoRoot holds the main go.mod.
 func BuildTapflow(repoRoot, dir string) (string, error) {
-	out := filepath.Join(dir, "tapflow")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/tapflow")
+	if err := Build(repoRoot, dir, "./cmd/tapflow"); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "tapflow"), nil
+}
+
+// Build builds the main packages pkgs (paths relative to repoRoot, which
+// holds the main go.mod) into dir in one go build (no cgo, no race
+// detector); each binary is named after its package directory.
+func Build(repoRoot, dir string, pkgs ...string) error {
+	args := append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)
+	cmd := exec.Command("go", args...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("chaos: go build ./cmd/tapflow in %s: %w\n%s", repoRoot, err, buf.String())
+		return fmt.Errorf("chaos: go build %v in %s: %w\n%s", pkgs, repoRoot, err, buf.String())
 	}
-	return out, nil
+	return nil
 }
 
 // WaitLog waits until a line containing substr is appended to the log

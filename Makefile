@@ -18,7 +18,7 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build test test-go test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,11 +29,24 @@ build: ## Build bin/tapflow (static, no cgo).
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
 
-test: deps versitygw ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
-	$(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./...
-	@$(MAKE) --no-print-directory compat-test
-	@$(MAKE) --no-print-directory check-generate
-	@$(if $(IS_ROOT),$(MAKE) --no-print-directory test-openstack,echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")
+# The phases of `make test` are independent and mostly wait (chaos runs,
+# namespace scenarios, OpenStack servers starting), so they run at once:
+# the main go test, the compat module, the OpenStack contract tests,
+# the versitygw build (the tests that need it wait on its lock instead of
+# building it again) and the generated-code check. Each phase's output is
+# printed whole when it ends (make -O), so nothing interleaves; any
+# failing phase fails `make test`.
+TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-maybe
+
+test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
+	@$(MAKE) --no-print-directory -j$(words $(TEST_PHASES)) -Otarget $(TEST_PHASES)
+
+test-go: ## The main module's tests (-race), the biggest phase of make test.
+	@start=$$(date +%s); $(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./... && \
+	 echo "test-go: passed in $$(($$(date +%s) - start))s"
+
+test-openstack-maybe:
+	@$(if $(IS_ROOT),start=$$(date +%s); $(MAKE) --no-print-directory test-openstack && echo "test-openstack: passed in $$(($$(date +%s) - start))s",echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")
 
 test-short: ## Unit tests only (-short), no privileges needed.
 	$(GO) test -race -short $(TESTFLAGS) ./...

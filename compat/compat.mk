@@ -9,15 +9,20 @@ VERSITYGW_BIN := $(VERSITYGW_DIR)/versitygw
 
 .PHONY: versitygw compat-test compat-vet
 
+# Under the lock internal/versitygw takes (flock on .versitygw.lock): a test
+# that needs the binary while this builds it waits, then uses it.
 versitygw: ## Build the S3 server the tests run (versitygw, Apache-2.0) into ~/.cache/tapflow, once (~2-3 min cold).
-	@if $(GO) version -m $(VERSITYGW_BIN) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)'; then :; else \
-	  echo "versitygw: building $(VERSITYGW_VERSION) into $(VERSITYGW_DIR) (once)"; \
-	  mkdir -p $(VERSITYGW_DIR) && GOBIN=$(VERSITYGW_DIR) CGO_ENABLED=0 GOFLAGS=-buildvcs=false $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); fi
+	@mkdir -p $(VERSITYGW_DIR) && flock $(VERSITYGW_DIR)/.versitygw.lock $(SHELL) -c '\
+	if $(GO) version -m $(VERSITYGW_BIN) 2>/dev/null | grep -Eq "mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)"; then :; else \
+	  echo "versitygw: building $(VERSITYGW_VERSION) into $(VERSITYGW_DIR) (once)"; start=$$(date +%s); \
+	  cd $${TMPDIR:-/tmp} && GOBIN=$(VERSITYGW_DIR) CGO_ENABLED=0 GOFLAGS=-buildvcs=false $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) && \
+	  echo "versitygw: built in $$(($$(date +%s) - start))s"; fi'
 
 # -mod=mod: compat/go.sum follows the main module's dependencies through
 # the replace directive; a dependency added upstream is recorded here.
 compat-test: ## DuckDB read-back of collector output and the docs/queries.md cookbook (compat/ module, cgo).
-	cd compat && GOFLAGS=-mod=mod $(GO) test -race -count=1 $(TESTFLAGS) ./...
+	@start=$$(date +%s); cd compat && GOFLAGS=-mod=mod $(GO) test -race -count=1 $(TESTFLAGS) ./... && \
+	 echo "compat-test: passed in $$(($$(date +%s) - start))s"
 
 compat-vet: ## go vet the compat module.
 	cd compat && GOFLAGS=-mod=mod $(GO) vet ./...

@@ -1,7 +1,6 @@
 package lab_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	labfiles "github.com/tapflow/tapflow/deploy/lab"
+	testbed "github.com/tapflow/tapflow/deploy/openstack-testbed"
 	"github.com/tapflow/tapflow/lab"
 )
 
@@ -48,17 +48,9 @@ func testbedEnv(t *testing.T) map[string]string {
 		}
 		t.Cleanup(func() { exec.Command(filepath.Join(scripts, "down.sh"), dir).Run() })
 	}
-	f, err := os.Open(filepath.Join(dir, "env"))
+	env, err := testbed.ReadEnv(filepath.Join(dir, "env"))
 	if err != nil {
 		t.Fatalf("TAPFLOW_OPENSTACK_STATE=%s: %v (start it with %s/up.sh %s)", dir, err, scripts, dir)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
 	}
 	return env
 }

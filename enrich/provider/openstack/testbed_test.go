@@ -13,7 +13,6 @@ package openstack_test
 // contract tests skip, saying why.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,6 +25,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	testbedfiles "github.com/tapflow/tapflow/deploy/openstack-testbed"
 )
 
 var (
@@ -98,21 +99,7 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-func readEnv(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	return env, sc.Err()
-}
+func readEnv(path string) (map[string]string, error) { return testbedfiles.ReadEnv(path) }
 
 // needTestbed returns the running testbed or skips t.
 func needTestbed(t testing.TB) *testbed {

@@ -29,6 +29,10 @@
 
 #include "flow.h"
 
+#ifndef offsetof
+#define offsetof(t, m) __builtin_offsetof(t, m)
+#endif
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define EEXIST 17
@@ -40,13 +44,22 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load (rodata). */
 volatile const __u64 active_timeout_ns = 10000000000ULL;
 
+/* Flows live in the table of their address family, each with a key of its
+ * own size; the loader sizes both from capture.memory_budget. */
 /* Sizes are placeholders: the loader sets them from capture.memory_budget. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, struct flow_key);
+	__type(key, struct flow_key4);
 	__type(value, struct flow_val);
-} flows SEC(".maps");
+} flows4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct flow_key6);
+	__type(value, struct flow_val);
+} flows6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -80,10 +93,17 @@ struct {
 const struct flow_record *const flow_record_btf = 0;
 
 enum parse_result {
-	PARSE_IP = 0,
-	PARSE_NONIP = 1,
-	PARSE_PULL = 2, /* headers are beyond the linear area: pull, re-parse */
+	PARSE_IP4 = 0,
+	PARSE_IP6 = 1,
+	PARSE_NONIP = 2,
+	PARSE_PULL = 3, /* headers are beyond the linear area: pull, re-parse */
 };
+
+/* The two keys share their first 24 bytes; parse writes those through k4. */
+union fkey {
+	struct flow_key4 k4;
+	struct flow_key6 k6;
+} __attribute__((aligned(8)));
 
 struct vlanhdr {
 	__be16 tci;
@@ -111,13 +131,13 @@ struct ip6_frag {
 	} while (0)
 
 static __always_inline int parse_l4(void *data, void *end, __u32 off, bool more,
-				    struct flow_key *k, __u32 *flags)
+				    struct flow_key4 *k, __u32 *flags, int ip)
 {
 	void *l4 = data + off;
 
 	switch (k->protocol) {
 	case IPPROTO_TCP:
-		NEED(l4, 14, PARSE_IP);
+		NEED(l4, 14, ip);
 		k->src_port = bpf_ntohs(*(__be16 *)l4);
 		k->dst_port = bpf_ntohs(*(__be16 *)(l4 + 2));
 		*flags = *(__u8 *)(l4 + 13);
@@ -125,37 +145,41 @@ static __always_inline int parse_l4(void *data, void *end, __u32 off, bool more,
 	case IPPROTO_UDP:
 	case IPPROTO_UDPLITE:
 	case IPPROTO_SCTP:
-		NEED(l4, 4, PARSE_IP);
+		NEED(l4, 4, ip);
 		k->src_port = bpf_ntohs(*(__be16 *)l4);
 		k->dst_port = bpf_ntohs(*(__be16 *)(l4 + 2));
 		break;
 	case IPPROTO_ICMP:
 	case IPPROTO_ICMPV6:
-		NEED(l4, 2, PARSE_IP);
+		NEED(l4, 2, ip);
 		k->src_port = *(__u8 *)l4;       /* type */
 		k->dst_port = *(__u8 *)(l4 + 1); /* code */
 		break;
 	}
-	return PARSE_IP;
+	return ip;
 }
 
-static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k,
+static __always_inline int parse(struct __sk_buff *skb, union fkey *u,
 				 __u32 *flags, bool can_pull)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	bool more = can_pull && skb->len > (__u32)(end - data);
+	struct flow_key4 *k = &u->k4;
 	__be16 proto;
 	__u32 off = ETH_HLEN;
 
-	__builtin_memset(k, 0, sizeof(*k));
+	/* The common 24 bytes; the addresses are always written below. */
+	__builtin_memset(k, 0, offsetof(struct flow_key4, src_ip));
 	*flags = 0;
 
-	struct ethhdr *eth = data;
-	NEED(eth, ETH_HLEN, PARSE_NONIP);
-	__builtin_memcpy(k->src_mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(k->dst_mac, eth->h_dest, ETH_ALEN);
-	proto = eth->h_proto;
+	NEED(data, ETH_HLEN, PARSE_NONIP);
+	/* Word loads (unaligned packet access is allowed), aligned stores. */
+	*(__u32 *)&k->src_mac[0] = *(__u32 *)(data + 6);
+	*(__u16 *)&k->src_mac[4] = *(__u16 *)(data + 10);
+	*(__u16 *)&k->dst_mac[0] = *(__u16 *)(data + 0);
+	*(__u32 *)&k->dst_mac[2] = *(__u32 *)(data + 2);
+	proto = *(__be16 *)(data + 12);
 
 	if (skb->vlan_present) {
 		k->vlan_id = skb->vlan_tci & 0x0fff;
@@ -170,30 +194,27 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k,
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + off;
 
-		k->eth_proto = ETH_P_IP;
-		NEED(ip, sizeof(*ip), PARSE_IP);
-		k->src_ip[10] = 0xff;
-		k->src_ip[11] = 0xff;
-		k->dst_ip[10] = 0xff;
-		k->dst_ip[11] = 0xff;
-		__builtin_memcpy(&k->src_ip[12], &ip->saddr, 4);
-		__builtin_memcpy(&k->dst_ip[12], &ip->daddr, 4);
+		*(__u64 *)k->src_ip = 0;
+		NEED(ip, sizeof(*ip), PARSE_IP4);
+		*(__u32 *)k->src_ip = ip->saddr;
+		*(__u32 *)k->dst_ip = ip->daddr;
 		k->protocol = ip->protocol;
 		__u32 ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
-			return PARSE_IP; /* bogus IHL: addresses only */
+			return PARSE_IP4; /* bogus IHL: addresses only */
 		if (ip->frag_off & bpf_htons(IP_OFFSET_MASK))
-			return PARSE_IP; /* later fragment: no L4 header */
-		return parse_l4(data, end, off + ihl, more, k, flags);
+			return PARSE_IP4; /* later fragment: no L4 header */
+		return parse_l4(data, end, off + ihl, more, k, flags, PARSE_IP4);
 	}
 
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + off;
+		struct flow_key6 *k6 = &u->k6;
 
-		k->eth_proto = ETH_P_IPV6;
-		NEED(ip6, sizeof(*ip6), PARSE_IP);
-		__builtin_memcpy(k->src_ip, &ip6->saddr, 16);
-		__builtin_memcpy(k->dst_ip, &ip6->daddr, 16);
+		__builtin_memset(k6->src_ip, 0, 32);
+		NEED(ip6, sizeof(*ip6), PARSE_IP6);
+		__builtin_memcpy(k6->src_ip, &ip6->saddr, 16);
+		__builtin_memcpy(k6->dst_ip, &ip6->daddr, 16);
 		__u8 nh = ip6->nexthdr;
 		off += sizeof(*ip6);
 
@@ -204,23 +225,23 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k,
 			    nh == IPPROTO_DSTOPTS || nh == 135 /* mobility */) {
 				struct ip6_ext *x = data + off;
 				k->protocol = nh;
-				NEED(x, sizeof(*x), PARSE_IP);
+				NEED(x, sizeof(*x), PARSE_IP6);
 				nh = x->nexthdr;
 				off += (x->hdrlen + 1) * 8;
 			} else if (nh == IPPROTO_AH) {
 				struct ip6_ext *x = data + off;
 				k->protocol = nh;
-				NEED(x, sizeof(*x), PARSE_IP);
+				NEED(x, sizeof(*x), PARSE_IP6);
 				nh = x->nexthdr;
 				off += (x->hdrlen + 2) * 4;
 			} else if (nh == IPPROTO_FRAGMENT) {
 				struct ip6_frag *f = data + off;
 				k->protocol = nh;
-				NEED(f, sizeof(*f), PARSE_IP);
+				NEED(f, sizeof(*f), PARSE_IP6);
 				nh = f->nexthdr;
 				if (f->frag_off & bpf_htons(0xfff8)) {
 					k->protocol = nh; /* later fragment */
-					return PARSE_IP;
+					return PARSE_IP6;
 				}
 				off += sizeof(*f);
 			} else {
@@ -228,7 +249,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k,
 			}
 		}
 		k->protocol = nh;
-		return parse_l4(data, end, off, more, k, flags);
+		return parse_l4(data, end, off, more, k, flags, PARSE_IP6);
 	}
 
 	return PARSE_NONIP;
@@ -254,9 +275,34 @@ static __always_inline struct meter *meter_for(__u32 ifindex, __u32 dir)
 	return bpf_map_lookup_elem(&meters, &idx);
 }
 
+/* put_key writes the record key of a table key (v6: struct flow_key6). */
+static __always_inline void put_key(struct flow_key *r, const union fkey *u,
+				    bool v6)
+{
+	__builtin_memcpy(r, u, 20); /* ifindex … dst_mac */
+	r->src_port = u->k4.src_port;
+	r->dst_port = u->k4.dst_port;
+	r->_pad = 0;
+	if (v6) {
+		r->eth_proto = ETH_P_IPV6;
+		__builtin_memcpy(r->src_ip, u->k6.src_ip, 32);
+	} else {
+		r->eth_proto = ETH_P_IP;
+		/* IPv4-mapped IPv6 ::ffff:a.b.c.d (little-endian words) */
+		*(__u32 *)&r->src_ip[0] = 0;
+		*(__u32 *)&r->src_ip[4] = 0;
+		*(__u32 *)&r->src_ip[8] = 0xffff0000;
+		*(__u32 *)&r->src_ip[12] = *(__u32 *)u->k4.src_ip;
+		*(__u32 *)&r->dst_ip[0] = 0;
+		*(__u32 *)&r->dst_ip[4] = 0;
+		*(__u32 *)&r->dst_ip[8] = 0xffff0000;
+		*(__u32 *)&r->dst_ip[12] = *(__u32 *)u->k4.dst_ip;
+	}
+}
+
 /* emit submits one record. m may be NULL (sweep): then a full ring is the
  * caller's business. Returns 0 on success. */
-static __always_inline int emit(const struct flow_key *k, __u64 bytes,
+static __always_inline int emit(const union fkey *k, bool v6, __u64 bytes,
 				__u64 packets, __u64 first, __u64 last,
 				__u32 flags, __u8 reason, struct meter *m)
 {
@@ -270,7 +316,7 @@ static __always_inline int emit(const struct flow_key *k, __u64 bytes,
 		}
 		return -1;
 	}
-	__builtin_memcpy(&r->key, k, sizeof(*k));
+	put_key(&r->key, k, v6);
 	r->end_reason = reason;
 	r->_pad[0] = 0;
 	r->_pad[1] = 0;
@@ -288,28 +334,29 @@ static __always_inline int emit(const struct flow_key *k, __u64 bytes,
 }
 
 /* drain exports whatever the entry holds now (atomically taken). */
-static __always_inline void drain(const struct flow_key *k, struct flow_val *v,
-				  __u64 last, __u8 reason, struct meter *m)
+static __always_inline void drain(const union fkey *k, bool v6,
+				  struct flow_val *v, __u64 last, __u8 reason,
+				  struct meter *m)
 {
 	__u64 first = v->first_ns;
 	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
 	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
 	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
 
-	emit(k, b, p, first, last, f, reason, m);
+	emit(k, v6, b, p, first, last, f, reason, m);
 }
 
-static __always_inline void account(struct flow_key *k, __u64 len, __u32 flags,
-				    struct meter *m)
+static __always_inline void account(void *map, union fkey *k, bool v6,
+				    __u64 len, __u32 flags, struct meter *m)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
-	struct flow_val *v = bpf_map_lookup_elem(&flows, k);
+	struct flow_val *v = bpf_map_lookup_elem(map, k);
 
 	if (!v) {
 		if (end) {
 			/* A flow that starts and ends with this packet. */
-			emit(k, len, 1, now, now, flags, end, m);
+			emit(k, v6, len, 1, now, now, flags, end, m);
 			return;
 		}
 		struct flow_val nv = {
@@ -319,18 +366,18 @@ static __always_inline void account(struct flow_key *k, __u64 len, __u32 flags,
 			.last_ns = now,
 			.tcp_flags = flags,
 		};
-		long err = bpf_map_update_elem(&flows, k, &nv, BPF_NOEXIST);
+		long err = bpf_map_update_elem(map, k, &nv, BPF_NOEXIST);
 		if (!err)
 			return;
 		if (err != -EEXIST) {
 			m->failed_updates++;
-			emit(k, len, 1, now, now, flags, END_OVERFLOW, m);
+			emit(k, v6, len, 1, now, now, flags, END_OVERFLOW, m);
 			return;
 		}
 		/* Another CPU inserted it first. */
-		v = bpf_map_lookup_elem(&flows, k);
+		v = bpf_map_lookup_elem(map, k);
 		if (!v) {
-			emit(k, len, 1, now, now, flags, END_OVERFLOW, m);
+			emit(k, v6, len, 1, now, now, flags, END_OVERFLOW, m);
 			return;
 		}
 	}
@@ -346,16 +393,16 @@ static __always_inline void account(struct flow_key *k, __u64 len, __u32 flags,
 	if (dead) {
 		/* An exporter claimed the entry; it may have taken its counters
 		 * before our add: export what is left ourselves. */
-		drain(k, v, now, dead, m);
+		drain(k, v6, v, now, dead, m);
 		return;
 	}
 	if (end) {
 		if (__atomic_exchange_n(&v->dead, end, __ATOMIC_SEQ_CST)) {
-			drain(k, v, now, end, m);
+			drain(k, v6, v, now, end, m);
 			return;
 		}
-		drain(k, v, now, end, m);
-		bpf_map_delete_elem(&flows, k);
+		drain(k, v6, v, now, end, m);
+		bpf_map_delete_elem(map, k);
 		return;
 	}
 	__u64 first = v->first_ns;
@@ -364,13 +411,13 @@ static __always_inline void account(struct flow_key *k, __u64 len, __u32 flags,
 		__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
 		__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
 		__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
-		emit(k, b, p, first, now, f, END_ACTIVE_TIMEOUT, m);
+		emit(k, v6, b, p, first, now, f, END_ACTIVE_TIMEOUT, m);
 	}
 }
 
 static __always_inline int handle(struct __sk_buff *skb, __u32 dir)
 {
-	struct flow_key k;
+	union fkey k;
 	__u32 flags;
 	int r = parse(skb, &k, &flags, true);
 
@@ -386,7 +433,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u32 dir)
 	if (!m)
 		return TC_ACT_UNSPEC;
 	__u64 len = skb->len;
-	if (r != PARSE_IP) {
+	if (r > PARSE_IP6) {
 		m->skipped_packets++;
 		m->skipped_bytes += len;
 		return TC_ACT_UNSPEC;
@@ -394,9 +441,12 @@ static __always_inline int handle(struct __sk_buff *skb, __u32 dir)
 	m->packets++;
 	m->bytes += len;
 
-	k.ifindex = skb->ifindex;
-	k.direction = dir;
-	account(&k, len, flags, m);
+	k.k4.ifindex = skb->ifindex;
+	k.k4.direction = dir;
+	if (r == PARSE_IP4)
+		account(&flows4, &k, false, len, flags, m);
+	else
+		account(&flows6, &k, true, len, flags, m);
 	return TC_ACT_UNSPEC;
 }
 
@@ -431,8 +481,9 @@ struct sweep_ctx {
 	__u32 deferred;
 };
 
-static long sweep_one(void *map, struct flow_key *key,
-		      struct flow_val *v, struct sweep_ctx *c)
+static __always_inline long sweep_one(void *map, const union fkey *key,
+				      bool v6, struct flow_val *v,
+				      struct sweep_ctx *c)
 {
 	c->scanned++;
 	if (*(volatile __u32 *)&v->dead)
@@ -458,11 +509,14 @@ static long sweep_one(void *map, struct flow_key *key,
 	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
 	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
 	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
-	struct flow_key k;
+	union fkey k;
 
-	__builtin_memcpy(&k, key, sizeof(k));
+	if (v6)
+		__builtin_memcpy(&k.k6, key, sizeof(k.k6));
+	else
+		__builtin_memcpy(&k.k4, key, sizeof(k.k4));
 	if (b || p) {
-		__builtin_memcpy(&r->key, &k, sizeof(k));
+		put_key(&r->key, &k, v6);
 		r->end_reason = c->reason;
 		r->_pad[0] = 0;
 		r->_pad[1] = 0;
@@ -478,9 +532,21 @@ static long sweep_one(void *map, struct flow_key *key,
 	} else {
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	}
-	bpf_map_delete_elem(&flows, &k);
+	bpf_map_delete_elem(map, &k);
 	c->deleted++;
 	return 0;
+}
+
+static long sweep4(void *map, struct flow_key4 *key, struct flow_val *v,
+		   struct sweep_ctx *c)
+{
+	return sweep_one(map, (const union fkey *)key, false, v, c);
+}
+
+static long sweep6(void *map, struct flow_key6 *key, struct flow_val *v,
+		   struct sweep_ctx *c)
+{
+	return sweep_one(map, (const union fkey *)key, true, v, c);
 }
 
 /* sweep exports and removes idle flows (or all of them at shutdown). Run by
@@ -495,7 +561,9 @@ int sweep(struct sweep_args *a)
 		.max = a->max_records,
 	};
 
-	bpf_for_each_map_elem(&flows, sweep_one, &c, 0);
+	bpf_for_each_map_elem(&flows4, sweep4, &c, 0);
+	if (!c.deferred)
+		bpf_for_each_map_elem(&flows6, sweep6, &c, 0);
 	a->scanned = c.scanned;
 	a->exported = c.exported;
 	a->deleted = c.deleted;

@@ -29,6 +29,34 @@ type flowFlowKey struct {
 	DstIp     [16]uint8
 }
 
+type flowFlowKey4 struct {
+	_         structs.HostLayout
+	Ifindex   uint32
+	Direction uint8
+	Protocol  uint8
+	VlanId    uint16
+	SrcMac    [6]uint8
+	DstMac    [6]uint8
+	SrcPort   uint16
+	DstPort   uint16
+	SrcIp     [4]uint8
+	DstIp     [4]uint8
+}
+
+type flowFlowKey6 struct {
+	_         structs.HostLayout
+	Ifindex   uint32
+	Direction uint8
+	Protocol  uint8
+	VlanId    uint16
+	SrcMac    [6]uint8
+	DstMac    [6]uint8
+	SrcPort   uint16
+	DstPort   uint16
+	SrcIp     [16]uint8
+	DstIp     [16]uint8
+}
+
 type flowFlowRecord struct {
 	_         structs.HostLayout
 	Key       flowFlowKey
@@ -75,7 +103,8 @@ type flowSweepArgs struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	flowMapFlows           = "flows"
+	flowMapFlows4          = "flows4"
+	flowMapFlows6          = "flows6"
 	flowMapIfSlots         = "if_slots"
 	flowMapIfSlotsBig      = "if_slots_big"
 	flowMapMeters          = "meters"
@@ -140,7 +169,8 @@ type flowProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowMapSpecs struct {
-	Flows      *ebpf.MapSpec `ebpf:"flows"`
+	Flows4     *ebpf.MapSpec `ebpf:"flows4"`
+	Flows6     *ebpf.MapSpec `ebpf:"flows6"`
 	IfSlots    *ebpf.MapSpec `ebpf:"if_slots"`
 	IfSlotsBig *ebpf.MapSpec `ebpf:"if_slots_big"`
 	Meters     *ebpf.MapSpec `ebpf:"meters"`
@@ -175,7 +205,8 @@ func (o *flowObjects) Close() error {
 //
 // It can be passed to loadFlowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowMaps struct {
-	Flows      *ebpf.Map `ebpf:"flows"`
+	Flows4     *ebpf.Map `ebpf:"flows4"`
+	Flows6     *ebpf.Map `ebpf:"flows6"`
 	IfSlots    *ebpf.Map `ebpf:"if_slots"`
 	IfSlotsBig *ebpf.Map `ebpf:"if_slots_big"`
 	Meters     *ebpf.Map `ebpf:"meters"`
@@ -184,7 +215,8 @@ type flowMaps struct {
 
 func (m *flowMaps) Close() error {
 	return _FlowClose(
-		m.Flows,
+		m.Flows4,
+		m.Flows6,
 		m.IfSlots,
 		m.IfSlotsBig,
 		m.Meters,

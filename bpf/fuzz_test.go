@@ -72,10 +72,12 @@ func FuzzProgram(f *testing.F) {
 		}
 		// Conservation over everything so far: table + ring-so-far + lost.
 		var inTable uint64
-		var k FlowKey
-		var v FlowVal
-		for it := o.Flows().Iterate(); it.Next(&k, &v); {
-			inTable += v.Bytes
+		fl, err := o.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fl {
+			inTable += f.Val.Bytes
 		}
 		rd.SetDeadline(time.Unix(1, 0))
 		for {

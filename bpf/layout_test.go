@@ -23,6 +23,8 @@ func TestLayout(t *testing.T) {
 		size uintptr
 	}{
 		{"flow_key", reflect.TypeOf(FlowKey{}), 60},
+		{"flow_key4", reflect.TypeOf(FlowKey4{}), 32},
+		{"flow_key6", reflect.TypeOf(FlowKey6{}), 56},
 		{"flow_val", reflect.TypeOf(FlowVal{}), 40},
 		{"flow_record", reflect.TypeOf(FlowRecord{}), 104},
 		{"meter", reflect.TypeOf(Meter{}), 64},

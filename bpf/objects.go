@@ -19,6 +19,10 @@ import (
 type (
 	// FlowKey is struct flow_key.
 	FlowKey = flowFlowKey
+	// FlowKey4 is struct flow_key4, the key of the IPv4 table.
+	FlowKey4 = flowFlowKey4
+	// FlowKey6 is struct flow_key6, the key of the IPv6 table.
+	FlowKey6 = flowFlowKey6
 	// FlowVal is struct flow_val.
 	FlowVal = flowFlowVal
 	// FlowRecord is struct flow_record, one ring-buffer record.
@@ -84,19 +88,36 @@ const ifSlotArrayMax = 65536
 
 // Spec sizes the kernel objects. Use SpecFor to derive it from a budget.
 type Spec struct {
-	FlowEntries   uint32        // flow-table entries
+	FlowEntries   uint32        // IPv4 flow-table entries; the IPv6 table has a quarter (Flow6Entries)
 	RingBytes     uint32        // ring buffer bytes: a power of two ≥ page size
 	Interfaces    uint32        // meter slots (interfaces watched at once)
 	ActiveTimeout time.Duration // export long flows at least this often
 }
 
-// Per-entry cost of the flow table, measured from the kernel's htab layout:
-// key (60 → 64) + value (40) + htab_elem header (48), rounded up.
-const flowEntryBytes = 160
+// Per-entry cost of the flow tables, from the kernel's htab layout:
+// htab_elem header (48) + key + value (40), rounded up (buckets not
+// counted, as before the split): IPv4 key 32 → 128, IPv6 key 56 → 160.
+const (
+	flowEntryBytes4 = 128
+	flowEntryBytes6 = 160
+	// flow6Share: the IPv6 table has FlowEntries/flow6Share entries.
+	flow6Share = 4
+	// flowEntryBytes is the table memory per FlowEntries unit (one IPv4
+	// entry and a quarter of an IPv6 entry).
+	flowEntryBytes = flowEntryBytes4 + flowEntryBytes6/flow6Share
+)
+
+// Flow6Entries is the size of the IPv6 flow table: a quarter of the IPv4
+// table (at least 1). Both tables are preallocated (a table hit or insert
+// never allocates); a full table turns new flows into overflow records.
+func (s Spec) Flow6Entries() uint32 { return s.flow6Entries() }
+
+func (s Spec) flow6Entries() uint32 { return max(1, s.FlowEntries/flow6Share) }
 
 // SpecFor derives sizes from a memory budget: a quarter (at most 64 MiB,
 // at least 256 KiB per CPU) goes to the ring buffer, the meters take
-// (interfaces+1)·2·64 B per CPU, and the rest is flow table.
+// (interfaces+1)·2·64 B per CPU, and the rest is flow table (IPv4, and an
+// IPv6 table a quarter its size).
 func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, error) {
 	if cpus < 1 {
 		cpus = 1
@@ -168,7 +189,8 @@ func Load(s Spec) (*Objects, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded flow.bpf.o: %w", err)
 	}
-	spec.Maps[flowMapFlows].MaxEntries = s.FlowEntries
+	spec.Maps[flowMapFlows4].MaxEntries = s.FlowEntries
+	spec.Maps[flowMapFlows6].MaxEntries = s.flow6Entries()
 	spec.Maps[flowMapRecords].MaxEntries = s.RingBytes
 	spec.Maps[flowMapMeters].MaxEntries = (s.Interfaces + 1) * 2
 	spec.Maps[flowMapIfSlotsBig].MaxEntries = s.Interfaces
@@ -208,8 +230,52 @@ func (o *Objects) Empty() *ebpf.Program { return o.objs.TcEmpty }
 // Records is the ring buffer map.
 func (o *Objects) Records() *ebpf.Map { return o.objs.Records }
 
-// Flows is the flow table.
-func (o *Objects) Flows() *ebpf.Map { return o.objs.Flows }
+// FlowEntry is one live flow-table entry, its key in record form.
+type FlowEntry struct {
+	Key FlowKey
+	Val FlowVal
+}
+
+// Key returns the record form of an IPv4 table key (::ffff:a.b.c.d).
+func (k *FlowKey4) Key() FlowKey {
+	r := FlowKey{Ifindex: k.Ifindex, Direction: k.Direction, Protocol: k.Protocol, VlanId: k.VlanId,
+		SrcMac: k.SrcMac, DstMac: k.DstMac, EthProto: 0x0800, SrcPort: k.SrcPort, DstPort: k.DstPort}
+	r.SrcIp[10], r.SrcIp[11], r.DstIp[10], r.DstIp[11] = 0xff, 0xff, 0xff, 0xff
+	copy(r.SrcIp[12:], k.SrcIp[:])
+	copy(r.DstIp[12:], k.DstIp[:])
+	return r
+}
+
+// Key returns the record form of an IPv6 table key.
+func (k *FlowKey6) Key() FlowKey {
+	return FlowKey{Ifindex: k.Ifindex, Direction: k.Direction, Protocol: k.Protocol, VlanId: k.VlanId,
+		SrcMac: k.SrcMac, DstMac: k.DstMac, EthProto: 0x86dd, SrcPort: k.SrcPort, DstPort: k.DstPort,
+		SrcIp: k.SrcIp, DstIp: k.DstIp}
+}
+
+// Flows lists the live entries of both flow tables (IPv4 first). For tests
+// and debugging: it walks the tables from userspace, not atomically.
+func (o *Objects) Flows() ([]FlowEntry, error) {
+	var out []FlowEntry
+	var v FlowVal
+	var k4 FlowKey4
+	it := o.objs.Flows4.Iterate()
+	for it.Next(&k4, &v) {
+		out = append(out, FlowEntry{k4.Key(), v})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterate IPv4 flows: %w", err)
+	}
+	var k6 FlowKey6
+	it = o.objs.Flows6.Iterate()
+	for it.Next(&k6, &v) {
+		out = append(out, FlowEntry{k6.Key(), v})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterate IPv6 flows: %w", err)
+	}
+	return out, nil
+}
 
 // Close releases every kernel object.
 func (o *Objects) Close() error {

@@ -72,14 +72,12 @@ type entry struct {
 func dumpFlows(tb testing.TB, o *Objects) []entry {
 	tb.Helper()
 	var out []entry
-	var k FlowKey
-	var v FlowVal
-	it := o.Flows().Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, entry{k, v})
+	fl, err := o.Flows()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	if err := it.Err(); err != nil {
-		tb.Fatalf("iterate flows: %v", err)
+	for _, f := range fl {
+		out = append(out, entry{f.Key, f.Val})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].K.SrcPort < out[j].K.SrcPort })
 	return out

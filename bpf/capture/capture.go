@@ -145,7 +145,7 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 	}
 	c.objs = objs
 	defer objs.Close()
-	c.m.tableCapacity.Set(float64(c.spec.FlowEntries))
+	c.m.tableCapacity.Set(float64(c.spec.FlowEntries + c.spec.Flow6Entries()))
 	if c.att, err = attach.New(c.cfg.AttachMode, objs.Ingress(), objs.Egress()); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
@@ -156,7 +156,7 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 	if err := c.syncClock(); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
-	c.log.Info("capture loaded", "flow_entries", c.spec.FlowEntries, "ring_bytes", c.spec.RingBytes,
+	c.log.Info("capture loaded", "flow_entries", c.spec.FlowEntries, "flow6_entries", c.spec.Flow6Entries(), "ring_bytes", c.spec.RingBytes,
 		"max_interfaces", c.spec.Interfaces, "interfaces", c.cfg.Interfaces)
 
 	updates := make(chan netlink.LinkUpdate, 256)

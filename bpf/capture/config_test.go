@@ -63,7 +63,7 @@ func TestSpecFromBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RingBytes != 16<<20 || s.FlowEntries < 300_000 || s.Interfaces != 1024 || s.ActiveTimeout != 10*time.Second {
+	if s.RingBytes != 16<<20 || s.FlowEntries < 280_000 || s.Flow6Entries() < 70_000 || s.Interfaces != 1024 || s.ActiveTimeout != 10*time.Second {
 		t.Fatalf("64MiB on 2 CPUs: %+v", s)
 	}
 	c.FlowTableEntries, c.RingBufferSize = 4, 1<<16

@@ -39,7 +39,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		attached:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_attached_interfaces", Help: "Interfaces the programs are attached to."}),
 		attachFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_attach_failures_total", Help: "Failed attempts to attach to an interface."}),
 		tableEntries:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_entries", Help: "Flow-table entries at the last sweep."}),
-		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries)."}),
+		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries, IPv4 and IPv6 tables)."}),
 		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
 	}
 	for _, r := range bpf.EndReasons() {

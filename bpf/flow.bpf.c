@@ -51,14 +51,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct flow_key4);
-	__type(value, struct flow_val);
+	__type(value, struct flow_ent);
 } flows4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct flow_key6);
-	__type(value, struct flow_val);
+	__type(value, struct flow_ent);
 } flows6 SEC(".maps");
 
 struct {
@@ -333,16 +333,41 @@ static __always_inline int emit(const union fkey *k, bool v6, __u64 bytes,
 	return 0;
 }
 
+/* take empties the entry's counters (atomic exchanges). */
+static __always_inline void take(struct flow_ent *v, __u64 *b, __u64 *p,
+				 __u32 *f)
+{
+	__u64 c = __atomic_exchange_n(&v->count, 0, __ATOMIC_SEQ_CST);
+
+	*b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST) +
+	     (c & FLOW_COUNT_BYTES_MASK);
+	*p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST) +
+	     (c >> FLOW_COUNT_PKT_SHIFT);
+	*f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+}
+
+/* spill moves count into the 64-bit counters before a half overflows. An
+ * exporter may run between the exchange and the adds: what it misses stays
+ * in bytes/packets, and the caller's dead check (after these adds) drains
+ * it when the entry was claimed meanwhile. */
+static __always_inline void spill(struct flow_ent *v)
+{
+	__u64 c = __atomic_exchange_n(&v->count, 0, __ATOMIC_SEQ_CST);
+
+	__sync_fetch_and_add(&v->bytes, c & FLOW_COUNT_BYTES_MASK);
+	__sync_fetch_and_add(&v->packets, c >> FLOW_COUNT_PKT_SHIFT);
+}
+
 /* drain exports whatever the entry holds now (atomically taken). */
 static __always_inline void drain(const union fkey *k, bool v6,
-				  struct flow_val *v, __u64 last, __u8 reason,
+				  struct flow_ent *v, __u64 last, __u8 reason,
 				  struct meter *m)
 {
 	__u64 first = v->first_ns;
-	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
-	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
-	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+	__u64 b, p;
+	__u32 f;
 
+	take(v, &b, &p, &f);
 	emit(k, v6, b, p, first, last, f, reason, m);
 }
 
@@ -351,7 +376,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
-	struct flow_val *v = bpf_map_lookup_elem(map, k);
+	struct flow_ent *v = bpf_map_lookup_elem(map, k);
 
 	if (!v) {
 		if (end) {
@@ -359,9 +384,8 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			emit(k, v6, len, 1, now, now, flags, end, m);
 			return;
 		}
-		struct flow_val nv = {
-			.bytes = len,
-			.packets = 1,
+		struct flow_ent nv = {
+			.count = (1ULL << FLOW_COUNT_PKT_SHIFT) | len,
 			.first_ns = now,
 			.last_ns = now,
 			.tcp_flags = flags,
@@ -382,8 +406,9 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 		}
 	}
 
-	__sync_fetch_and_add(&v->bytes, len);
-	__sync_fetch_and_add(&v->packets, 1);
+	__u64 inc = (1ULL << FLOW_COUNT_PKT_SHIFT) | len;
+	if ((__sync_fetch_and_add(&v->count, inc) + inc) & FLOW_COUNT_SPILL)
+		spill(v);
 	if (v->last_ns != now)
 		v->last_ns = now;
 	if (flags & ~v->tcp_flags)
@@ -408,9 +433,10 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 	__u64 first = v->first_ns;
 	if ((__s64)(now - first) >= (__s64)active_timeout_ns &&
 	    __sync_val_compare_and_swap(&v->first_ns, first, now) == first) {
-		__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
-		__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
-		__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+		__u64 b, p;
+		__u32 f;
+
+		take(v, &b, &p, &f);
 		emit(k, v6, b, p, first, now, f, END_ACTIVE_TIMEOUT, m);
 	}
 }
@@ -482,7 +508,7 @@ struct sweep_ctx {
 };
 
 static __always_inline long sweep_one(void *map, const union fkey *key,
-				      bool v6, struct flow_val *v,
+				      bool v6, struct flow_ent *v,
 				      struct sweep_ctx *c)
 {
 	c->scanned++;
@@ -506,10 +532,11 @@ static __always_inline long sweep_one(void *map, const union fkey *key,
 		return 0;
 	}
 	__u64 first = v->first_ns;
-	__u64 b = __atomic_exchange_n(&v->bytes, 0, __ATOMIC_SEQ_CST);
-	__u64 p = __atomic_exchange_n(&v->packets, 0, __ATOMIC_SEQ_CST);
-	__u32 f = __atomic_exchange_n(&v->tcp_flags, 0, __ATOMIC_SEQ_CST);
+	__u64 b, p;
+	__u32 f;
 	union fkey k;
+
+	take(v, &b, &p, &f);
 
 	if (v6)
 		__builtin_memcpy(&k.k6, key, sizeof(k.k6));
@@ -537,13 +564,13 @@ static __always_inline long sweep_one(void *map, const union fkey *key,
 	return 0;
 }
 
-static long sweep4(void *map, struct flow_key4 *key, struct flow_val *v,
+static long sweep4(void *map, struct flow_key4 *key, struct flow_ent *v,
 		   struct sweep_ctx *c)
 {
 	return sweep_one(map, (const union fkey *)key, false, v, c);
 }
 
-static long sweep6(void *map, struct flow_key6 *key, struct flow_val *v,
+static long sweep6(void *map, struct flow_key6 *key, struct flow_ent *v,
 		   struct sweep_ctx *c)
 {
 	return sweep_one(map, (const union fkey *)key, true, v, c);

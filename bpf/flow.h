@@ -81,9 +81,7 @@ struct flow_key6 { /* 56 bytes */
 	__u8 dst_ip[16];
 };
 
-/* Flow table value: 40 bytes. Shared between CPUs; every counter is updated
- * with atomics and exported with atomic exchange so that each byte leaves
- * the kernel exactly once. */
+/* Record value: 40 bytes (the flow table holds struct flow_ent). */
 struct flow_val {
 	__u64 bytes;    /* Σ skb->len */
 	__u64 packets;  /* skbs (a GSO super-packet counts once) */
@@ -92,6 +90,27 @@ struct flow_val {
 	__u32 tcp_flags; /* OR of TCP flag bytes */
 	__u32 dead;      /* enum end_reason once an exporter has claimed it */
 };
+
+/* Flow-table value: 48 bytes. One atomic add per packet: `count` packs the
+ * packets (high 24 bits) and bytes (low 40 bits) added since the last
+ * spill. Whoever's add takes either half past its midpoint moves `count`
+ * into the 64-bit `bytes`/`packets` (atomic exchange, then atomic adds), so
+ * neither half can overflow: an entry holds count + bytes/packets. Every
+ * field leaves the entry only through an atomic exchange. */
+struct flow_ent {
+	__u64 count;    /* packets << 40 | bytes, since the last spill */
+	__u64 bytes;    /* spilled bytes */
+	__u64 packets;  /* spilled packets */
+	__u64 first_ns; /* first packet of the current record */
+	__u64 last_ns;  /* last packet seen */
+	__u32 tcp_flags; /* OR of TCP flag bytes */
+	__u32 dead;      /* enum end_reason once an exporter has claimed it */
+};
+
+#define FLOW_COUNT_PKT_SHIFT 40
+#define FLOW_COUNT_BYTES_MASK ((1ULL << FLOW_COUNT_PKT_SHIFT) - 1)
+/* An add that sets either bit spills: bytes ≥ 2^39 or packets ≥ 2^23. */
+#define FLOW_COUNT_SPILL ((1ULL << 39) | (1ULL << 63))
 
 /* Ring-buffer record: 104 bytes. */
 struct flow_record {

@@ -13,6 +13,17 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type flowFlowEnt struct {
+	_        structs.HostLayout
+	Count    uint64
+	Bytes    uint64
+	Packets  uint64
+	FirstNs  uint64
+	LastNs   uint64
+	TcpFlags uint32
+	Dead     uint32
+}
+
 type flowFlowKey struct {
 	_         structs.HostLayout
 	Ifindex   uint32

@@ -26,6 +26,7 @@ func TestLayout(t *testing.T) {
 		{"flow_key4", reflect.TypeOf(FlowKey4{}), 32},
 		{"flow_key6", reflect.TypeOf(FlowKey6{}), 56},
 		{"flow_val", reflect.TypeOf(FlowVal{}), 40},
+		{"flow_ent", reflect.TypeOf(FlowEnt{}), 48},
 		{"flow_record", reflect.TypeOf(FlowRecord{}), 104},
 		{"meter", reflect.TypeOf(Meter{}), 64},
 		{"sweep_args", reflect.TypeOf(SweepArgs{}), 40},

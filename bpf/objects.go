@@ -23,8 +23,10 @@ type (
 	FlowKey4 = flowFlowKey4
 	// FlowKey6 is struct flow_key6, the key of the IPv6 table.
 	FlowKey6 = flowFlowKey6
-	// FlowVal is struct flow_val.
+	// FlowVal is struct flow_val, the value of a record.
 	FlowVal = flowFlowVal
+	// FlowEnt is struct flow_ent, the value of a flow-table entry.
+	FlowEnt = flowFlowEnt
 	// FlowRecord is struct flow_record, one ring-buffer record.
 	FlowRecord = flowFlowRecord
 	// Meter is struct meter, one per (interface slot, direction) per CPU.
@@ -95,7 +97,7 @@ type Spec struct {
 }
 
 // Per-entry cost of the flow tables, from the kernel's htab layout:
-// htab_elem header (48) + key + value (40), rounded up (buckets not
+// htab_elem header (48) + key + value (48), rounded up (buckets not
 // counted, as before the split): IPv4 key 32 → 128, IPv6 key 56 → 160.
 const (
 	flowEntryBytes4 = 128
@@ -230,6 +232,22 @@ func (o *Objects) Empty() *ebpf.Program { return o.objs.TcEmpty }
 // Records is the ring buffer map.
 func (o *Objects) Records() *ebpf.Map { return o.objs.Records }
 
+// flowCountPktShift mirrors FLOW_COUNT_PKT_SHIFT: flow_ent.count packs
+// packets << 40 | bytes.
+const flowCountPktShift = 40
+
+// Val returns the record form of an entry's counters.
+func (e *FlowEnt) Val() FlowVal {
+	return FlowVal{
+		Bytes:    e.Bytes + e.Count&(1<<flowCountPktShift-1),
+		Packets:  e.Packets + e.Count>>flowCountPktShift,
+		FirstNs:  e.FirstNs,
+		LastNs:   e.LastNs,
+		TcpFlags: e.TcpFlags,
+		Dead:     e.Dead,
+	}
+}
+
 // FlowEntry is one live flow-table entry, its key in record form.
 type FlowEntry struct {
 	Key FlowKey
@@ -257,11 +275,11 @@ func (k *FlowKey6) Key() FlowKey {
 // and debugging: it walks the tables from userspace, not atomically.
 func (o *Objects) Flows() ([]FlowEntry, error) {
 	var out []FlowEntry
-	var v FlowVal
+	var v FlowEnt
 	var k4 FlowKey4
 	it := o.objs.Flows4.Iterate()
 	for it.Next(&k4, &v) {
-		out = append(out, FlowEntry{k4.Key(), v})
+		out = append(out, FlowEntry{k4.Key(), v.Val()})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterate IPv4 flows: %w", err)
@@ -269,7 +287,7 @@ func (o *Objects) Flows() ([]FlowEntry, error) {
 	var k6 FlowKey6
 	it = o.objs.Flows6.Iterate()
 	for it.Next(&k6, &v) {
-		out = append(out, FlowEntry{k6.Key(), v})
+		out = append(out, FlowEntry{k6.Key(), v.Val()})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterate IPv6 flows: %w", err)

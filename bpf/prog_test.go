@@ -318,3 +318,39 @@ func TestUnregisteredInterface(t *testing.T) {
 		t.Fatalf("slot 0 meter %+v", m0)
 	}
 }
+
+// TestCountSpill: the packed per-entry counter (packets << 40 | bytes) is
+// moved into the 64-bit counters before its packet half (2^24) overflows:
+// 2^24+3 packets of one flow, counted in the kernel, add up exactly.
+func TestCountSpill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 16M packets")
+	}
+	o := loadForTest(t, Spec{})
+	fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(9, 9, pad(100))))
+	const n = 1<<24 + 3
+	if _, _, err := o.Ingress().Benchmark(fr, n, nil); err != nil {
+		t.Fatal(err)
+	}
+	fl := dumpFlows(t, o)
+	m := meter(t, o, DirTX)
+	if len(fl) != 1 || fl[0].V.Packets != n || fl[0].V.Bytes != n*uint64(len(fr)) || m.Packets != n || m.Bytes != fl[0].V.Bytes {
+		t.Fatalf("flows %+v meter %+v, want %d packets of %d bytes", fl, m, n, len(fr))
+	}
+	if recs := drainRing(t, o); len(recs) != 0 {
+		t.Fatalf("records %+v", recs)
+	}
+	var raw FlowEnt
+	var k FlowKey4
+	if it := o.objs.Flows4.Iterate(); !it.Next(&k, &raw) || raw.Packets == 0 || raw.Count>>flowCountPktShift >= 1<<23 {
+		t.Fatalf("entry %+v: the count was never spilled", raw)
+	}
+	// The spilled entry still exports exactly (shutdown sweep).
+	if _, err := o.Sweep(0, EndShutdown, 10); err != nil {
+		t.Fatal(err)
+	}
+	recs := drainRing(t, o)
+	if len(recs) != 1 || recs[0].Val.Packets != n || recs[0].Val.Bytes != m.Bytes {
+		t.Fatalf("records %+v", recs)
+	}
+}

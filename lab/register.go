@@ -167,7 +167,10 @@ func dialOpenStack(ctx context.Context, o RegisterOptions) (*osAPI, error) {
 	}
 	pc.HTTPClient = http.Client{Timeout: 60 * time.Second}
 	if err := gopenstack.Authenticate(ctx, pc, ao); err != nil {
-		return nil, fmt.Errorf("register: authenticate at %s as %s: %w (check the OS_* credentials)", ao.IdentityEndpoint, ao.Username, err)
+		if gophercloud.ResponseCodeIs(err, http.StatusUnauthorized) || gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return nil, fmt.Errorf("register: Keystone at %s refused %s: %w; check the OS_* credentials (OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME, domains)", ao.IdentityEndpoint, ao.Username, err)
+		}
+		return nil, fmt.Errorf("register: cannot reach Keystone at %s: %w; check the --register URL and that Keystone runs", ao.IdentityEndpoint, err)
 	}
 	api := &osAPI{}
 	if res, ok := pc.GetAuthResult().(tokens.CreateResult); ok {

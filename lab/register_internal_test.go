@@ -114,6 +114,22 @@ func TestRegisterOptionsErrors(t *testing.T) {
 	}
 }
 
+// TestRegisterKeystoneDown: an unreachable Keystone is named as such,
+// not as bad credentials.
+func TestRegisterKeystoneDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	env := map[string]string{"OS_USERNAME": "admin", "OS_PASSWORD": "pw", "OS_PROJECT_NAME": "admin"}
+	_, err = dialOpenStack(t.Context(), RegisterOptions{AuthURL: "http://" + addr + "/v3", Getenv: func(k string) string { return env[k] }})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach Keystone") {
+		t.Errorf("dial a closed port = %v, want \"cannot reach Keystone\"", err)
+	}
+}
+
 // TestForwardLoopback: a server on the host's 127.0.0.1 answers a client
 // in another namespace through the forwarder (root).
 func TestForwardLoopback(t *testing.T) {

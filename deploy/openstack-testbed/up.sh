@@ -153,7 +153,10 @@ dhcp_agent_notification = false
 state_path = $S/neutron
 api_paste_config = /etc/neutron/api-paste.ini
 [database]
-connection = sqlite:///$S/neutron/neutron.db
+# timeout: SQLite's busy wait (default 5 s); a concurrent writer (RPC
+# workers, Octavia's cascade deletes) otherwise surfaces as HTTP 500
+# "database is locked"
+connection = sqlite:///$S/neutron/neutron.db?timeout=30
 [oslo_concurrency]
 lock_path = $S/lock
 CONF
@@ -235,7 +238,7 @@ auth_strategy = noauth
 enabled_provider_drivers = amphora:Amphora driver (test compute),noop_driver:No-op driver
 default_provider_driver = amphora
 [database]
-connection = sqlite:///$S/octavia/octavia.db
+connection = sqlite:///$S/octavia/octavia.db?timeout=30
 [controller_worker]
 amphora_driver = amphora_noop_driver
 compute_driver = neutron_port_compute_driver

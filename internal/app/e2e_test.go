@@ -194,6 +194,9 @@ func noTempFiles(t *testing.T, dir string) {
 // gracefully, once as a crash (its NATS connection cut before it commits).
 // Nothing is lost and nothing is written twice.
 func TestCollectorRestartLosesNothing(t *testing.T) {
+	// Its own server, store and output; most of its time is the wait for
+	// redelivery (ack_wait), so it runs alongside the chaos runs.
+	t.Parallel()
 	dir := t.TempDir()
 	s := natsxtest.Run(t, "")
 	cfg := testConfig(t, dir)
@@ -252,12 +255,14 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 	// their ack wait expires; shorten it by re-creating the consumer.
 	cfg.Collector.Consumer.AckWait = units.Duration(12 * time.Second)
 	cfg.Collector.Parquet.RollAge = units.Duration(time.Second)
-	ctx3, stop3 := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx3, stop3 := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop3()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = runCollector(t, ctx3, cfg, s.JS, false) }()
-	deadline := time.Now().Add(40 * time.Second)
+	// Polled until every record is in; the deadline only bounds a failure
+	// (ack_wait is 12 s, a loaded CI machine may need a lot longer).
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) && int64(len(readParquet(t, dir))) < agentCount.records.Load() {
 		time.Sleep(500 * time.Millisecond)
 	}

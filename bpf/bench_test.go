@@ -46,6 +46,7 @@ func cycleNs(b *testing.B, p *ebpf.Program, frames [][]byte) float64 {
 // BenchmarkPerPacket reports the kernel cost per packet of the ingress
 // program and its ratio to the empty tc program measured in the same run:
 //   - hit: the same flow every packet (repeat in the kernel);
+//   - hit_ipv6: the same, an IPv6 flow (the IPv6 table, 56-byte key);
 //   - miss_insert: a new flow every packet (one test run per packet, the
 //     empty baseline measured the same way);
 //   - hit_65536_flows: 65,536 live flows visited round-robin.
@@ -53,6 +54,17 @@ func BenchmarkPerPacket(b *testing.B) {
 	b.Run("hit", func(b *testing.B) {
 		o := loadForTest(b, Spec{FlowEntries: 1 << 10})
 		f := benchFrame(0)
+		n := max(b.N, 100000)
+		empty := kernelNs(b, o.Empty(), f, n)
+		b.ResetTimer()
+		ns := kernelNs(b, o.Ingress(), f, n)
+		b.ReportMetric(ns, "ns/pkt")
+		b.ReportMetric(empty, "empty_ns/pkt")
+		b.ReportMetric(ns/empty, "x_empty")
+	})
+	b.Run("hit_ipv6", func(b *testing.B) {
+		o := loadForTest(b, Spec{FlowEntries: 1 << 10})
+		f := eth(macB, macA, 0x86dd, ipv6("fd00::1", "fd00::2", 6, tcp(1, 80, 0x18, pad(10))))
 		n := max(b.N, 100000)
 		empty := kernelNs(b, o.Empty(), f, n)
 		b.ResetTimer()

@@ -17,7 +17,8 @@ type Config struct {
 	// MemoryBudget bounds kernel memory: ring buffer, meters and flow table
 	// are derived from it and the CPU count.
 	MemoryBudget units.ByteSize `yaml:"memory_budget"`
-	// FlowTableEntries overrides the derived flow-table size (0 = derive).
+	// FlowTableEntries overrides the derived flow-table size (0 = derive):
+	// the IPv4 table's entries; the IPv6 table has a quarter of them.
 	FlowTableEntries int `yaml:"flow_table_entries"`
 	// RingBufferSize overrides the derived ring size (0 = derive); a power of two.
 	RingBufferSize units.ByteSize `yaml:"ring_buffer_size"`

@@ -2,13 +2,9 @@ package lab
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,11 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/gophercloud/gophercloud/v2"
-	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
-	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
-	"go.yaml.in/yaml/v3"
 
 	testbed "github.com/tapflow/tapflow/deploy/openstack-testbed"
 )
@@ -91,144 +82,13 @@ type Created struct {
 	Name   string `yaml:"name,omitempty"`
 }
 
-// osAPI is an authenticated session with Keystone, Neutron and Octavia.
-type osAPI struct {
-	keystone, neutron, octavia *gophercloud.ServiceClient
-	adminProject               string
-	endpoints                  []string // host:port of every API reached
-}
-
-func (o RegisterOptions) getenv(k string) string {
-	if o.Getenv != nil {
-		return o.Getenv(k)
-	}
-	return os.Getenv(k)
-}
-
-// authOptions are the Keystone credentials of o, or an error naming the
-// missing variable.
-func (o RegisterOptions) authOptions() (gophercloud.AuthOptions, gophercloud.EndpointOpts, error) {
-	var eo gophercloud.EndpointOpts
-	if o.AuthURL == "" {
-		return gophercloud.AuthOptions{}, eo, errors.New("register: no Keystone URL; give --register https://keystone:5000/v3")
-	}
-	if u, err := url.Parse(o.AuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return gophercloud.AuthOptions{}, eo, fmt.Errorf("register: %q is not Keystone's URL; use e.g. http://127.0.0.1:5000/v3", o.AuthURL)
-	}
-	var miss []string
-	for _, k := range []string{"OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME"} {
-		if o.getenv(k) == "" {
-			miss = append(miss, k)
-		}
-	}
-	if len(miss) > 0 {
-		return gophercloud.AuthOptions{}, eo, fmt.Errorf("register: %s not set; export the admin credentials (source the testbed's env file or an openrc)", strings.Join(miss, ", "))
-	}
-	userDomainID, userDomainName := o.getenv("OS_USER_DOMAIN_ID"), o.getenv("OS_USER_DOMAIN_NAME")
-	if userDomainID == "" && userDomainName == "" {
-		userDomainID = "default"
-	}
-	projDomainID, projDomainName := o.getenv("OS_PROJECT_DOMAIN_ID"), o.getenv("OS_PROJECT_DOMAIN_NAME")
-	if projDomainID == "" && projDomainName == "" {
-		projDomainID = "default"
-	}
-	ao := gophercloud.AuthOptions{
-		IdentityEndpoint: o.AuthURL, Username: o.getenv("OS_USERNAME"), Password: o.getenv("OS_PASSWORD"),
-		DomainID: userDomainID, DomainName: userDomainName, AllowReauth: true,
-		Scope: &gophercloud.AuthScope{ProjectName: o.getenv("OS_PROJECT_NAME"), DomainID: projDomainID, DomainName: projDomainName},
-	}
-	eo.Region = o.getenv("OS_REGION_NAME")
-	switch o.iface() {
-	case "public":
-		eo.Availability = gophercloud.AvailabilityPublic
-	case "admin":
-		eo.Availability = gophercloud.AvailabilityAdmin
-	default:
-		eo.Availability = gophercloud.AvailabilityInternal
-	}
-	return ao, eo, nil
-}
-
-func (o RegisterOptions) iface() string {
-	if v := o.getenv("OS_INTERFACE"); v != "" {
-		return strings.TrimSuffix(v, "URL")
-	}
-	return "internal"
-}
-
-func dialOpenStack(ctx context.Context, o RegisterOptions) (*osAPI, error) {
-	ao, eo, err := o.authOptions()
-	if err != nil {
-		return nil, err
-	}
-	pc, err := gopenstack.NewClient(ao.IdentityEndpoint)
-	if err != nil {
-		return nil, fmt.Errorf("register: keystone %s: %w", ao.IdentityEndpoint, err)
-	}
-	pc.HTTPClient = http.Client{Timeout: 60 * time.Second}
-	if err := gopenstack.Authenticate(ctx, pc, ao); err != nil {
-		if gophercloud.ResponseCodeIs(err, http.StatusUnauthorized) || gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-			return nil, fmt.Errorf("register: Keystone at %s refused %s: %w; check the OS_* credentials (OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME, domains)", ao.IdentityEndpoint, ao.Username, err)
-		}
-		return nil, fmt.Errorf("register: cannot reach Keystone at %s: %w; check the --register URL and that Keystone runs", ao.IdentityEndpoint, err)
-	}
-	api := &osAPI{}
-	if res, ok := pc.GetAuthResult().(tokens.CreateResult); ok {
-		if p, err := res.ExtractProject(); err == nil && p != nil {
-			api.adminProject = p.ID
-		}
-	}
-	if api.adminProject == "" {
-		return nil, errors.New("register: the Keystone token has no project scope; set OS_PROJECT_NAME to the admin project")
-	}
-	if api.keystone, err = gopenstack.NewIdentityV3(pc, eo); err != nil {
-		return nil, fmt.Errorf("register: Keystone's catalog has no identity endpoint: %w", err)
-	}
-	if api.neutron, err = gopenstack.NewNetworkV2(pc, eo); err != nil {
-		return nil, fmt.Errorf("register: Neutron (network, %s interface) not reachable through the catalog: %w", o.iface(), err)
-	}
-	if api.octavia, err = gopenstack.NewLoadBalancerV2(pc, eo); err != nil {
-		api.octavia = nil // only needed when the topology has load balancers
-	}
-	urls := []string{ao.IdentityEndpoint, api.keystone.Endpoint, api.neutron.Endpoint}
-	if api.octavia != nil {
-		urls = append(urls, api.octavia.Endpoint)
-	}
-	if nova, err := gopenstack.NewComputeV2(pc, eo); err == nil {
-		urls = append(urls, nova.Endpoint)
-	}
-	for _, s := range urls {
-		if u, err := url.Parse(s); err == nil && u.Host != "" {
-			hp := u.Host
-			if u.Port() == "" {
-				hp = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
-			}
-			if !slices.Contains(api.endpoints, hp) {
-				api.endpoints = append(api.endpoints, hp)
-			}
-		}
-	}
-	return api, nil
-}
-
-// call sends one JSON request; path is relative to the service's resource
-// base (e.g. "ports", "lbaas/loadbalancers/ID").
-func call(ctx context.Context, sc *gophercloud.ServiceClient, method, path string, hdr map[string]string, body, out any, ok ...int) error {
-	opts := &gophercloud.RequestOpts{JSONBody: body, JSONResponse: out, OkCodes: ok, MoreHeaders: hdr}
-	u := sc.ResourceBaseURL() + path
-	if _, err := sc.Request(ctx, method, u, opts); err != nil {
-		return fmt.Errorf("%s %s: %w", method, u, err)
-	}
-	return nil
-}
-
 // registrar creates a Cloud's objects.
 type registrar struct {
 	api  *osAPI
 	c    *Cloud
 	reg  *Registration
 	save func() error
-	log  interface{ Info(string, ...any) }
+	log  *slog.Logger
 }
 
 // id is the OpenStack id of a lab-derived id (itself when not registered).
@@ -313,7 +173,7 @@ func portLabel(p *Port) string {
 // Register creates the lab's objects in OpenStack (see RegisterOptions).
 // Every object is recorded in reg as soon as it exists, and save is called,
 // so `lab down` can delete what a crashed or failed run left.
-func (c *Cloud) register(ctx context.Context, api *osAPI, reg *Registration, save func() error, log interface{ Info(string, ...any) }, novaConf, stateDir string) error {
+func (c *Cloud) register(ctx context.Context, api *osAPI, reg *Registration, save func() error, log *slog.Logger, novaConf, stateDir string) error {
 	r := &registrar{api: api, c: c, reg: reg, save: save, log: log}
 	if len(c.LBs) > 0 && api.octavia == nil {
 		return errors.New("register: the topology has load balancers but Keystone's catalog has no load-balancer (Octavia) endpoint")
@@ -816,232 +676,6 @@ func (r *registrar) adoptMgmt(ctx context.Context, np neutronPort) error {
 	return nil
 }
 
-// newUUID is a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// ---------------------------------------------------------------- bind
-
-// Bind rewrites the cloud with what OpenStack made (reg): ids, MACs,
-// addresses and the names derived from them (tap<id[:11]>, brq…, qr-…),
-// so the namespaces carry exactly the objects the APIs list.
-func (c *Cloud) Bind(reg *Registration) error {
-	if reg == nil {
-		return nil
-	}
-	id := func(s *string) {
-		if v, ok := reg.IDs[*s]; ok {
-			*s = v
-		}
-	}
-	for _, p := range c.Projects {
-		id(&p.ID)
-	}
-	for _, n := range c.Networks {
-		old := n.ID
-		id(&n.ID)
-		if n.ID != old {
-			n.Bridge = "brq" + n.ID[:11]
-		}
-		for _, sn := range n.Subnets {
-			id(&sn.ID)
-		}
-	}
-	for _, rt := range c.Routers {
-		id(&rt.ID)
-	}
-	for _, s := range c.Servers {
-		id(&s.ID)
-		for _, p := range s.Ports {
-			p.DeviceID = s.ID
-		}
-	}
-	for _, p := range c.Ports {
-		old := p.ID
-		if b, ok := reg.Ports[p.ID]; ok {
-			if err := c.bindPort(p, b); err != nil {
-				return err
-			}
-		} else {
-			id(&p.ID)
-		}
-		if p.ID != old && len(old) >= 11 && len(p.ID) >= 11 {
-			p.HostDev = strings.Replace(p.HostDev, old[:11], p.ID[:11], 1)
-			p.Dev = strings.Replace(p.Dev, old[:11], p.ID[:11], 1)
-		}
-	}
-	for _, f := range c.FIPs {
-		id(&f.ID)
-		f.Holder.DeviceID = f.ID
-		f.Addr, f.Fixed = f.Holder.V4(), f.Port.V4()
-	}
-	for _, rt := range c.Routers {
-		for _, p := range rt.Ifaces {
-			p.DeviceID = rt.ID
-		}
-		if rt.GwPort != nil {
-			rt.GwPort.DeviceID = rt.ID
-		}
-	}
-	for _, lb := range c.LBs {
-		id(&lb.ID)
-		id(&lb.PoolID)
-		lb.VIPPort.DeviceID = "lb-" + lb.ID
-		lb.VIPPort.Name = "octavia-lb-" + lb.ID
-		lb.VIP = lb.VIPPort.V4()
-		for _, m := range lb.Members {
-			id(&m.ID)
-			m.Addr = m.Port.V4()
-		}
-		for _, a := range lb.Amphorae {
-			if b, ok := reg.Amphorae[a.ID]; ok {
-				a.ID, a.ComputeID, a.Role = b.ID, b.ComputeID, b.Role
-			}
-			for _, p := range a.Ports {
-				p.DeviceID = a.ComputeID
-			}
-			a.VRRP.Name = "octavia-lb-vrrp-" + a.ID
-			a.VRRP.AddrPairs = []netip.Addr{lb.VIP}
-		}
-	}
-	return nil
-}
-
-func (c *Cloud) bindPort(p *Port, b BoundPort) error {
-	mac, err := net.ParseMAC(b.MAC)
-	if err != nil {
-		return fmt.Errorf("lab: registered port %s: MAC %q: %w", b.ID, b.MAC, err)
-	}
-	var ips []FixedIP
-	for _, s := range b.IPs {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return fmt.Errorf("lab: registered port %s: address %q: %w", b.ID, s, err)
-		}
-		var sn *Subnet
-		for _, x := range p.Net.Subnets {
-			if x.Prefix.Contains(a) {
-				sn = x
-			}
-		}
-		if sn == nil {
-			return fmt.Errorf("lab: registered port %s: address %s is in no subnet of network %s", b.ID, a, p.Net.Name)
-		}
-		ips = append(ips, FixedIP{Subnet: sn, Addr: a})
-	}
-	p.ID, p.MAC, p.IPs = b.ID, mac, ips
-	return nil
-}
-
-// ---------------------------------------------------------------- unregister
-
-// unregister deletes what reg.Created lists, newest first. Objects
-// already gone are skipped; the first other failure is returned after
-// trying the rest.
-func unregister(ctx context.Context, api *osAPI, reg *Registration, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-}) error {
-	var errs []error
-	gone := func(err error) bool {
-		return err == nil || gophercloud.ResponseCodeIs(err, http.StatusNotFound)
-	}
-	// Load balancers first (cascade: listeners, pools, members, amphorae
-	// and their ports), waiting until Octavia has released the VIP port.
-	for _, c := range reg.Created {
-		if c.Kind != "loadbalancer" {
-			continue
-		}
-		err := call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
-		if !gone(err) && !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
-			errs = append(errs, err)
-			continue
-		}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			var out struct {
-				LB octaviaLB `json:"loadbalancer"`
-			}
-			err := call(ctx, api.octavia, "GET", "lbaas/loadbalancers/"+c.ID, nil, nil, &out, 200)
-			if gophercloud.ResponseCodeIs(err, http.StatusNotFound) || out.LB.ProvisioningStatus == "DELETED" {
-				break
-			}
-			if out.LB.ProvisioningStatus == "ACTIVE" || out.LB.ProvisioningStatus == "ERROR" {
-				// a delete refused while PENDING_*: ask again
-				call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
-	for i := len(reg.Created) - 1; i >= 0; i-- {
-		c := reg.Created[i]
-		var err error
-		switch c.Kind {
-		case "loadbalancer":
-			continue
-		case "project":
-			err = call(ctx, api.keystone, "DELETE", "projects/"+c.ID, nil, nil, nil, 204)
-		case "network":
-			err = call(ctx, api.neutron, "DELETE", "networks/"+c.ID, nil, nil, nil, 204)
-		case "port":
-			err = call(ctx, api.neutron, "DELETE", "ports/"+c.ID, nil, nil, nil, 204)
-		case "router":
-			err = call(ctx, api.neutron, "DELETE", "routers/"+c.ID, nil, nil, nil, 204)
-		case "router_interface":
-			err = call(ctx, api.neutron, "PUT", "routers/"+c.Parent+"/remove_router_interface", nil, map[string]any{"port_id": c.ID}, nil, 200)
-		case "floatingip":
-			err = call(ctx, api.neutron, "DELETE", "floatingips/"+c.ID, nil, nil, nil, 204)
-		case "flavor":
-			err = call(ctx, api.octavia, "DELETE", "lbaas/flavors/"+c.ID, nil, nil, nil, 204)
-		case "flavorprofile":
-			err = call(ctx, api.octavia, "DELETE", "lbaas/flavorprofiles/"+c.ID, nil, nil, nil, 204)
-		default:
-			err = fmt.Errorf("unknown kind %q", c.Kind)
-		}
-		if !gone(err) {
-			log.Warn("lab down: could not delete an OpenStack object", "kind", c.Kind, "id", c.ID, "name", c.Name, "err", err)
-			errs = append(errs, fmt.Errorf("delete %s %s (%s): %w", c.Kind, c.ID, c.Name, err))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("lab down: %d OpenStack objects not deleted: %w", len(errs), errors.Join(errs...))
-	}
-	log.Info("lab down: OpenStack objects deleted", "objects", len(reg.Created))
-	return nil
-}
-
-// cloudsYAML is the clouds.yaml the lab's tapflow reads its inventory
-// with (mode 0600 in the state directory: it holds the password).
-func (o RegisterOptions) cloudsYAML() ([]byte, error) {
-	auth := map[string]string{"auth_url": o.AuthURL, "username": o.getenv("OS_USERNAME"), "password": o.getenv("OS_PASSWORD"),
-		"project_name": o.getenv("OS_PROJECT_NAME")}
-	for env, key := range map[string]string{"OS_USER_DOMAIN_ID": "user_domain_id", "OS_USER_DOMAIN_NAME": "user_domain_name",
-		"OS_PROJECT_DOMAIN_ID": "project_domain_id", "OS_PROJECT_DOMAIN_NAME": "project_domain_name"} {
-		if v := o.getenv(env); v != "" {
-			auth[key] = v
-		}
-	}
-	if auth["user_domain_id"] == "" && auth["user_domain_name"] == "" {
-		auth["user_domain_id"] = "default"
-	}
-	if auth["project_domain_id"] == "" && auth["project_domain_name"] == "" {
-		auth["project_domain_id"] = "default"
-	}
-	entry := map[string]any{"auth": auth, "interface": o.iface()}
-	if r := o.getenv("OS_REGION_NAME"); r != "" {
-		entry["region_name"] = r
-	}
-	return yaml.Marshal(map[string]any{"clouds": map[string]any{"lab": entry}})
-}
-
 // register creates the cloud in OpenStack and binds it (Up's first step
 // with Options.Register). The state is saved after every object, so a
 // failure or a crash leaves a record `lab down` deletes from.
@@ -1072,25 +706,4 @@ func (l *Lab) register(ctx context.Context) error {
 	}
 	l.log.Info("lab registered in OpenStack", "keystone", o.AuthURL, "objects", len(reg.Created), "took", time.Since(start).Round(time.Millisecond))
 	return l.saveState()
-}
-
-// unregisterState deletes the OpenStack objects a lab's state directory
-// records (Teardown). Credentials come from the OS_* variables.
-func unregisterState(ctx context.Context, stateDir string, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-}) error {
-	b, err := os.ReadFile(filepath.Join(stateDir, stateMarker))
-	if err != nil {
-		return nil // no state: nothing registered that we know of
-	}
-	var st stateFile
-	if err := yaml.Unmarshal(b, &st); err != nil || st.Registration == nil || len(st.Registration.Created) == 0 {
-		return nil
-	}
-	api, err := dialOpenStack(ctx, RegisterOptions{AuthURL: st.Registration.AuthURL})
-	if err != nil {
-		return fmt.Errorf("%w; the lab's OpenStack objects stay listed in %s until `tapflow lab down` runs with the credentials", err, stateDir)
-	}
-	return unregister(ctx, api, st.Registration, log)
 }

@@ -1,0 +1,105 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"go.yaml.in/yaml/v3"
+)
+
+// unregister deletes what reg.Created lists, newest first. Objects
+// already gone are skipped; the first other failure is returned after
+// trying the rest.
+func unregister(ctx context.Context, api *osAPI, reg *Registration, log *slog.Logger) error {
+	var errs []error
+	gone := func(err error) bool {
+		return err == nil || gophercloud.ResponseCodeIs(err, http.StatusNotFound)
+	}
+	// Load balancers first (cascade: listeners, pools, members, amphorae
+	// and their ports), waiting until Octavia has released the VIP port.
+	for _, c := range reg.Created {
+		if c.Kind != "loadbalancer" {
+			continue
+		}
+		err := call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
+		if !gone(err) && !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+			errs = append(errs, err)
+			continue
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			var out struct {
+				LB octaviaLB `json:"loadbalancer"`
+			}
+			err := call(ctx, api.octavia, "GET", "lbaas/loadbalancers/"+c.ID, nil, nil, &out, 200)
+			if gophercloud.ResponseCodeIs(err, http.StatusNotFound) || out.LB.ProvisioningStatus == "DELETED" {
+				break
+			}
+			if out.LB.ProvisioningStatus == "ACTIVE" || out.LB.ProvisioningStatus == "ERROR" {
+				// a delete refused while PENDING_*: ask again
+				call(ctx, api.octavia, "DELETE", "lbaas/loadbalancers/"+c.ID+"?cascade=true", nil, nil, nil, 204)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	for i := len(reg.Created) - 1; i >= 0; i-- {
+		c := reg.Created[i]
+		var err error
+		switch c.Kind {
+		case "loadbalancer":
+			continue
+		case "project":
+			err = call(ctx, api.keystone, "DELETE", "projects/"+c.ID, nil, nil, nil, 204)
+		case "network":
+			err = call(ctx, api.neutron, "DELETE", "networks/"+c.ID, nil, nil, nil, 204)
+		case "port":
+			err = call(ctx, api.neutron, "DELETE", "ports/"+c.ID, nil, nil, nil, 204)
+		case "router":
+			err = call(ctx, api.neutron, "DELETE", "routers/"+c.ID, nil, nil, nil, 204)
+		case "router_interface":
+			err = call(ctx, api.neutron, "PUT", "routers/"+c.Parent+"/remove_router_interface", nil, map[string]any{"port_id": c.ID}, nil, 200)
+		case "floatingip":
+			err = call(ctx, api.neutron, "DELETE", "floatingips/"+c.ID, nil, nil, nil, 204)
+		case "flavor":
+			err = call(ctx, api.octavia, "DELETE", "lbaas/flavors/"+c.ID, nil, nil, nil, 204)
+		case "flavorprofile":
+			err = call(ctx, api.octavia, "DELETE", "lbaas/flavorprofiles/"+c.ID, nil, nil, nil, 204)
+		default:
+			err = fmt.Errorf("unknown kind %q", c.Kind)
+		}
+		if !gone(err) {
+			log.Warn("lab down: could not delete an OpenStack object", "kind", c.Kind, "id", c.ID, "name", c.Name, "err", err)
+			errs = append(errs, fmt.Errorf("delete %s %s (%s): %w", c.Kind, c.ID, c.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("lab down: %d OpenStack objects not deleted: %w", len(errs), errors.Join(errs...))
+	}
+	log.Info("lab down: OpenStack objects deleted", "objects", len(reg.Created))
+	return nil
+}
+
+// unregisterState deletes the OpenStack objects a lab's state directory
+// records (Teardown). Credentials come from the OS_* variables.
+func unregisterState(ctx context.Context, stateDir string, log *slog.Logger) error {
+	b, err := os.ReadFile(filepath.Join(stateDir, stateMarker))
+	if err != nil {
+		return nil // no state: nothing registered that we know of
+	}
+	var st stateFile
+	if err := yaml.Unmarshal(b, &st); err != nil || st.Registration == nil || len(st.Registration.Created) == 0 {
+		return nil
+	}
+	api, err := dialOpenStack(ctx, RegisterOptions{AuthURL: st.Registration.AuthURL})
+	if err != nil {
+		return fmt.Errorf("%w; the lab's OpenStack objects stay listed in %s until `tapflow lab down` runs with the credentials", err, stateDir)
+	}
+	return unregister(ctx, api, st.Registration, log)
+}

@@ -64,8 +64,12 @@ func (l *Lab) Up(ctx context.Context) (err error) {
 		}
 		l.log.Debug("lab up step", "step", s.what, "took", time.Since(t).Round(time.Millisecond))
 	}
+	inv := l.InventoryPath()
+	if l.reg != nil {
+		inv = "openstack " + l.reg.AuthURL + " (" + l.CloudsPath() + ")"
+	}
 	l.log.Info("lab up", "prefix", c.Prefix, "namespaces", len(c.Namespaces()), "taps", len(c.Taps()),
-		"commands", l.ncmd.Load(), "took", time.Since(start).Round(time.Millisecond), "inventory", l.InventoryPath())
+		"commands", l.ncmd.Load(), "took", time.Since(start).Round(time.Millisecond), "inventory", inv)
 	return nil
 }
 
@@ -330,6 +334,11 @@ func (l *Lab) upServers(ctx context.Context) error {
 		}
 		for _, rt := range s.Routes {
 			if err := l.ip(ctx, s.NS, "route", "add", rt.Dst.String(), "via", rt.NextHop.String()); err != nil {
+				return err
+			}
+		}
+		for _, a := range s.Loopback {
+			if err := l.ip(ctx, s.NS, "addr", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", "lo"); err != nil {
 				return err
 			}
 		}

@@ -133,6 +133,7 @@ type Server struct {
 	NS       string
 	Ports    []*Port
 	Routes   []Route
+	Loopback []netip.Addr // on lo (an appliance's network behind it)
 }
 
 // LB is an Octavia load balancer with its amphorae.
@@ -826,6 +827,22 @@ func (r *resolver) servers() {
 				r.fail(rpath, ss.Name, "nexthop %s is on none of the server's networks", nh)
 			}
 			s.Routes = append(s.Routes, Route{Dst: d.Masked(), NextHop: nh})
+		}
+		for j, la := range ss.Loopback {
+			lpath := fmt.Sprintf("%s.loopback[%d]", path, j)
+			a, err := netip.ParseAddr(la)
+			if err != nil || a.Zone() != "" {
+				r.fail(lpath, ss.Name, "loopback %q is not an address", la)
+				continue
+			}
+			for _, n := range c.Networks {
+				for _, sn := range n.Subnets {
+					if sn.Prefix.Contains(a) {
+						r.fail(lpath, ss.Name, "loopback %s is inside subnet %s of network %s; a loopback address stands for a network Neutron does not know", a, sn.Prefix, n.Name)
+					}
+				}
+			}
+			s.Loopback = append(s.Loopback, a)
 		}
 	}
 }

@@ -307,4 +307,25 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			t.Errorf("vm2 sent %d bytes in records that started after its port was removed; %d of them still attributed to acme/same_tenant (want ≥ 512KiB, all)", late, kept)
 		}
 	},
+	"extraroute-appliance": extrarouteAnomalies,
+	"extraroute-dangling":  extrarouteAnomalies,
+}
+
+// extrarouteAnomalies: of extraroute.yaml's three routes the resolver
+// flags exactly one, the dangling one (10.7.0.0/16: no port holds its
+// next hop); the appliance routes resolve without an anomaly.
+func extrarouteAnomalies(t *testing.T, out *lab.Outcome) {
+	b, err := os.ReadFile(filepath.Join(out.DataDir, "tapflow.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var anomalies []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"inventory anomaly"`) {
+			anomalies = append(anomalies, line)
+		}
+	}
+	if len(anomalies) != 1 || !strings.Contains(anomalies[0], `"class":"dangling_route"`) || !strings.Contains(anomalies[0], "10.7.0.0/16") {
+		t.Errorf("inventory anomalies in tapflow's log: want one dangling_route for 10.7.0.0/16, got %d:\n%s", len(anomalies), strings.Join(anomalies, "\n"))
+	}
 }

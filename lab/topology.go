@@ -90,6 +90,10 @@ type ServerSpec struct {
 	Ports   []PortSpec `yaml:"ports"`
 	// Routes are in-guest routes (e.g. through a second router).
 	Routes []RouteSpec `yaml:"routes"`
+	// Loopback are addresses on the guest's lo, outside every subnet of
+	// the topology: an appliance answering for a network behind it that
+	// Neutron does not know (the target of an extraroute through it).
+	Loopback []string `yaml:"loopback"`
 }
 
 // PortSpec is a server's Neutron port.

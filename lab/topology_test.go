@@ -119,6 +119,13 @@ loadbalancers:
 `, []string{"loadbalancers[0].members[0] (lb): member server \"ghost\" is not defined"}},
 		{"bad name", `projects: [T1]
 `, []string{"projects[0] (T1): project name must match"}},
+		{"bad loopback", `projects: [t1]
+networks:
+  - {name: net1, project: t1, subnets: [{cidr: 10.0.0.0/24}]}
+servers:
+  - {name: fw1, project: t1, ports: [{network: net1}], loopback: [10.9.0.1/32, 10.0.0.99]}
+`, []string{`servers[0].loopback[0] (fw1): loopback "10.9.0.1/32" is not an address`,
+			"servers[0].loopback[1] (fw1): loopback 10.0.0.99 is inside subnet 10.0.0.0/24 of network net1"}},
 		{"several problems at once", `projects: [t1]
 networks:
   - {name: net1, project: t1, subnets: [{cidr: 10.0.0.0/24}]}
@@ -259,6 +266,55 @@ func TestDemoInventory(t *testing.T) {
 					c.tenantName(k.tenant), k.zone, k.ext, k.seg)
 			}
 		})
+	}
+}
+
+// TestExtrarouteInventory: extraroute.yaml's inventory through the real
+// snapshot builder gives, for vm1's packets to the networks behind each
+// extraroute's next hop, the resolver's zones (§1.8) that the
+// extraroute-* scenarios then check on real packets: the appliance's
+// network zone (same_tenant on acme's transit, shared on admin's shared
+// dmz), and external with one dangling_route anomaly for the next hop no
+// port holds. The appliances hold those addresses on lo.
+func TestExtrarouteInventory(t *testing.T) {
+	data, err := fs.ReadFile(labfiles.FS, "extraroute.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(data, "extraroute.yaml", Options{Prefix: "tst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.Cloud
+	if got := c.Server("fw1").Loopback; len(got) != 1 || got[0] != netip.MustParseAddr("10.9.0.1") {
+		t.Errorf("fw1 loopback %v, want [10.9.0.1]", got)
+	}
+	body, err := yaml.Marshal(c.Inventory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.Parse(body, "extraroute inventory")
+	if err != nil {
+		t.Fatalf("the engine rejects the lab's inventory: %v", err)
+	}
+	snap := snapshot.Build(inv, snapshot.Options{Version: 1})
+	an := snap.Anomalies()
+	if len(an) != 1 || an[0].Class != snapshot.AnomalyDanglingRoute || !strings.Contains(an[0].Detail, "10.7.0.0/16") {
+		t.Errorf("anomalies %v, want one dangling_route for 10.7.0.0/16", an)
+	}
+	vm1 := c.Server("vm1").Ports[0]
+	r1 := c.Router("r1").Ifaces[0].MAC.String()
+	for dst, zone := range map[string]string{"10.9.0.1": "same_tenant", "10.8.0.1": "shared", "10.7.0.1": "external", "10.6.0.1": "external"} {
+		f := schemas.Flow{Direction: "tx", VMMAC: vm1.MAC.String(), PeerMAC: r1, SrcIP: vm1.V4().String(), DstIP: dst}
+		var in snapshot.Input
+		if err := snapshot.ParseFlow(&f, 0, &in); err != nil {
+			t.Fatal(err)
+		}
+		var r snapshot.Result
+		snap.Attribute(&in, &r)
+		if r.TenantID != c.Project("acme").ID || r.Zone.String() != zone {
+			t.Errorf("vm1 → %s: tenant %s zone %s, want acme %s", dst, c.tenantName(r.TenantID), r.Zone, zone)
+		}
 	}
 }
 

@@ -720,14 +720,9 @@ func (r *resolver) routers() {
 			rt.Ifaces = append(rt.Ifaces, p)
 		}
 		for j, ro := range rs.Routes {
-			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
-			d, err1 := netip.ParsePrefix(ro.Destination)
-			nh, err2 := netip.ParseAddr(ro.NextHop)
-			if err1 != nil || err2 != nil {
-				r.fail(rpath, rs.Name, "route needs destination (a CIDR) and nexthop (an address): %q via %q", ro.Destination, ro.NextHop)
-				continue
+			if route, ok := r.route(fmt.Sprintf("%s.routes[%d]", path, j), rs.Name, ro); ok {
+				rt.Routes = append(rt.Routes, route)
 			}
-			rt.Routes = append(rt.Routes, Route{Dst: d.Masked(), NextHop: nh})
 		}
 	}
 }
@@ -811,22 +806,20 @@ func (r *resolver) servers() {
 		}
 		for j, ro := range ss.Routes {
 			rpath := fmt.Sprintf("%s.routes[%d]", path, j)
-			d, err1 := netip.ParsePrefix(ro.Destination)
-			nh, err2 := netip.ParseAddr(ro.NextHop)
-			if err1 != nil || err2 != nil {
-				r.fail(rpath, ss.Name, "route needs destination (a CIDR) and nexthop (an address): %q via %q", ro.Destination, ro.NextHop)
+			route, ok := r.route(rpath, ss.Name, ro)
+			if !ok {
 				continue
 			}
-			ok := false
+			onLink := false
 			for _, p := range s.Ports {
 				for _, sn := range p.Net.Subnets {
-					ok = ok || sn.Prefix.Contains(nh)
+					onLink = onLink || sn.Prefix.Contains(route.NextHop)
 				}
 			}
-			if !ok {
-				r.fail(rpath, ss.Name, "nexthop %s is on none of the server's networks", nh)
+			if !onLink {
+				r.fail(rpath, ss.Name, "nexthop %s is on none of the server's networks", route.NextHop)
 			}
-			s.Routes = append(s.Routes, Route{Dst: d.Masked(), NextHop: nh})
+			s.Routes = append(s.Routes, route)
 		}
 		for j, la := range ss.Loopback {
 			lpath := fmt.Sprintf("%s.loopback[%d]", path, j)
@@ -845,6 +838,17 @@ func (r *resolver) servers() {
 			s.Loopback = append(s.Loopback, a)
 		}
 	}
+}
+
+// route parses an extraroute or in-guest route.
+func (r *resolver) route(path, obj string, ro RouteSpec) (Route, bool) {
+	d, err1 := netip.ParsePrefix(ro.Destination)
+	nh, err2 := netip.ParseAddr(ro.NextHop)
+	if err1 != nil || err2 != nil {
+		r.fail(path, obj, "route needs destination (a CIDR) and nexthop (an address): %q via %q", ro.Destination, ro.NextHop)
+		return Route{}, false
+	}
+	return Route{Dst: d.Masked(), NextHop: nh}, true
 }
 
 type fipReq struct {

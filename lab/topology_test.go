@@ -52,6 +52,15 @@ servers:
   - {name: vm1, project: t1, ports: [{network: net1}]}
   - {name: vm1, project: t1, ports: [{network: net1}]}
 `, []string{"t.yaml:6: servers[1] (vm1): duplicate server name"}},
+		{"bad routes", `projects: [t1]
+networks:
+  - {name: net1, project: t1, subnets: [{cidr: 10.0.0.0/24}]}
+routers:
+  - {name: r1, project: t1, interfaces: [net1], routes: [{destination: 10.9.0.0, nexthop: 10.0.0.5}]}
+servers:
+  - {name: vm1, project: t1, ports: [{network: net1}], routes: [{destination: 10.8.0.0/16, nexthop: 10.5.0.1}]}
+`, []string{`routers[0].routes[0] (r1): route needs destination (a CIDR) and nexthop (an address): "10.9.0.0" via "10.0.0.5"`,
+			"servers[0].routes[0] (vm1): nexthop 10.5.0.1 is on none of the server's networks"}},
 		{"duplicate network", `projects: [t1]
 networks:
   - {name: net1, project: t1, subnets: [{cidr: 10.0.0.0/24}]}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 const spoolUsage = `Usage: tapflow spool inspect|verify|repair DIR

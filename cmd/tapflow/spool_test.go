@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 // makeSpool writes n entries into a fresh spool and closes it.

@@ -11,8 +11,8 @@ import (
 	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 // agent is source → enrich → publish, plus the inventory reload loop.
@@ -73,7 +73,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, err
 		}
 	}
-	pub, err := natspub.New(rt.js, natspub.Options{
+	pub, err := publish.New(rt.js, publish.Options{
 		AgentID: cfg.Agent.ID, Node: cfg.Node, StateDir: cfg.AgentStateDir(),
 		NATS: cfg.NATS, Logger: log, Registry: rt.reg, Spool: sp,
 	})

@@ -23,10 +23,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tapflow/tapflow/internal/config"
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/version"
 	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // RunAll runs agent + collector (+ embedded NATS unless nats.url is set)
@@ -148,7 +148,7 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 	var err error
 	if cfg.NATS.URL == "" {
 		// Embedded server: `run` always, agent/collector alone too (single box).
-		emb, eerr := natsx.NewEmbedded(natsx.StoreDir(cfg.DataDir), cfg.NATS.Listen, "tapflow-"+cfg.Node, log)
+		emb, eerr := transport.NewEmbedded(transport.StoreDir(cfg.DataDir), cfg.NATS.Listen, "tapflow-"+cfg.Node, log)
 		if eerr != nil {
 			return eerr
 		}
@@ -161,7 +161,7 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 		}()
 		rt.nc, err = emb.Connect("tapflow-"+cfg.Node, log)
 	} else {
-		rt.nc, err = natsx.Connect(ctx, cfg.NATS, "tapflow-"+cfg.Node, log)
+		rt.nc, err = transport.Connect(ctx, cfg.NATS, "tapflow-"+cfg.Node, log)
 	}
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 	if rt.js, err = js.New(rt.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := natsx.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+	if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while the streams were being created: nothing ran,
 			// nothing is lost; a requested stop is not a failure.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/transport"
 )
 
 type syncBuffer struct {
@@ -58,7 +58,7 @@ func TestExternalNATSUnreachableRetries(t *testing.T) {
 	waitLog("NATS unreachable; retrying")
 
 	// Now start the server on that address: the agent connects and runs.
-	srv, err := natsx.NewEmbedded(t.TempDir(), addr, "late", slog.New(slog.DiscardHandler))
+	srv, err := transport.NewEmbedded(t.TempDir(), addr, "late", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

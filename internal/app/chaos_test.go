@@ -25,12 +25,12 @@ import (
 
 	"github.com/tapflow/tapflow/internal/chaos"
 	"github.com/tapflow/tapflow/internal/config"
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/internal/versitygw"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport"
 )
 
 var (
@@ -105,7 +105,7 @@ func (n *natsProc) consumerIdle(t *testing.T, durable string) (bool, string) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, natsx.FlowsStream, durable)
+	c, err := js.Consumer(ctx, transport.FlowsStream, durable)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -231,7 +231,7 @@ log:
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	nc, err := natsx.Connect(ctx, acfg.NATS, "chaos-agent", quiet)
+	nc, err := transport.Connect(ctx, acfg.NATS, "chaos-agent", quiet)
 	cancel()
 	if err != nil {
 		t.Fatal(err)

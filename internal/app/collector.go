@@ -5,8 +5,8 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport/consume"
 )
 
 // newCollector builds consume → Parquet for flows and for meters. drain
@@ -14,7 +14,7 @@ import (
 // (tapflow run).
 func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error) {
 	log := rt.log.With("process", "collector")
-	src, err := jetstream.New(rt.js, cfg.Collector.Consumer, jetstream.Options{
+	src, err := consume.New(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
 	})
 	if err != nil {

@@ -17,12 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // logSink keeps every log line's message and attributes as text.
@@ -95,7 +95,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	f.Close()
 
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	cfg := config.Default()
 	cfg.Node, cfg.DataDir = "diskfull", t.TempDir()
 	cfg.Collector.Parquet.Output = out
@@ -119,7 +119,7 @@ func TestDiskFull(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	// Publish 20 batches of 500 records through the real agent sink.
-	pub, err := natspub.New(s.JS, natspub.Options{AgentID: "agent-d", Node: "cmp1", StateDir: t.TempDir(), NATS: natsx.DefaultConfig(), Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-d", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestDiskFull(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(out, "flows", "*", "*", "*.parquet")); len(files) != 0 {
 		t.Fatalf("files committed on a full disk: %v", files)
 	}
-	cons, err := s.JS.Consumer(context.Background(), natsx.FlowsStream, cfg.Collector.Consumer.Durable)
+	cons, err := s.JS.Consumer(context.Background(), transport.FlowsStream, cfg.Collector.Consumer.Durable)
 	if err != nil {
 		t.Fatal(err)
 	}

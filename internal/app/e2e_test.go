@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -166,7 +166,7 @@ func checkExact(t *testing.T, rows []schemas.Flow, c *counter) {
 // Parquet; every record arrives exactly once with its bytes.
 func TestEndToEndExactCounts(t *testing.T) {
 	dir := t.TempDir()
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	cfg := testConfig(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -198,7 +198,7 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 	// redelivery (ack_wait), so it runs alongside the chaos runs.
 	t.Parallel()
 	dir := t.TempDir()
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	cfg := testConfig(t, dir)
 	cfg.Collector.Parquet.RollAge = units.Duration(time.Hour) // nothing commits unless stopped
 	cfg.Collector.Consumer.AckWait = units.Duration(time.Hour + 15*time.Second)
@@ -312,7 +312,7 @@ func removeFilesAfter(t *testing.T, dir string, keepRows int) {
 func consumerInfo(js jetstream.JetStream, durable string) (*jetstream.ConsumerInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, natsx.FlowsStream, durable)
+	c, err := js.Consumer(ctx, transport.FlowsStream, durable)
 	if err != nil {
 		return nil, err
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/bpf/nslab"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 const (
@@ -46,7 +46,7 @@ func TestRunEBPFConservation(t *testing.T) {
 	a, b := lab.AddVM(1, true), lab.AddVM(2, true)
 
 	dir := t.TempDir()
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	cfg := testConfig(t, dir)
 	cfg.Source = "ebpf"
 	cfg.Capture.Interfaces = []string{lab.Glob()}

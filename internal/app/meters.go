@@ -10,16 +10,16 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/publish"
 )
 
 // newAgentMeters builds the agent's meter pipeline: feed (the capture's
 // meter deltas) → publish on tapflow.meters.v1.<node>.
 func newAgentMeters(cfg config.Config, rt *runtime, feed pipeline.SourceOf[schemas.Meter], log *slog.Logger) (*pipeline.RunnerOf[schemas.Meter], error) {
-	pub, err := natspub.NewMeters(rt.js, natspub.MeterOptions{
+	pub, err := publish.NewMeters(rt.js, publish.MeterOptions{
 		AgentID: cfg.Agent.ID, Node: cfg.Node, StateDir: cfg.AgentStateDir(),
 		NATS: cfg.NATS, Logger: log, Registry: rt.reg,
 	})
@@ -81,7 +81,7 @@ func (c *collector) Run(ctx context.Context) error {
 
 // newCollectorMeters builds consume TAPFLOW_METERS → Parquet <output>/meters.
 func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Logger) (*pipeline.RunnerOf[schemas.Meter], error) {
-	src, err := jetstream.NewMeters(rt.js, cfg.Collector.Consumer, jetstream.Options{
+	src, err := consume.NewMeters(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
 	})
 	if err != nil {

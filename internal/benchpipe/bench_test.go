@@ -12,16 +12,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/jsonl"
-	"github.com/tapflow/tapflow/sinks/natspub"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 const benchRecords = 500_000
@@ -114,12 +114,12 @@ func count(batches [][]schemas.Flow) int {
 func BenchmarkPipelineParquet(b *testing.B) {
 	batches := records(b)
 	n := count(batches)
-	s := natsxtest.Run(b, "")
+	s := transporttest.Run(b, "")
 	var wall, cpu time.Duration
 	var disk int64
 	for i := 0; b.Loop(); i++ {
 		out := b.TempDir()
-		pub, err := natspub.New(s.JS, natspub.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: natsx.DefaultConfig(), Logger: quiet})
+		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -129,9 +129,9 @@ func BenchmarkPipelineParquet(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		jcfg := jetstream.DefaultConfig()
+		jcfg := consume.DefaultConfig()
 		jcfg.AckWait = units.Duration(10 * time.Minute)
-		src, err := jetstream.New(s.JS, jcfg, jetstream.Options{Drain: true, Logger: quiet})
+		src, err := consume.New(s.JS, jcfg, consume.Options{Drain: true, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func BenchmarkPipelineParquet(b *testing.B) {
 		cpu += cpuTime() - startCPU
 		disk = dirSize(filepath.Join(out, "flows"))
 		// purge so every iteration starts from an empty stream
-		st, _ := s.JS.Stream(context.Background(), natsx.FlowsStream)
+		st, _ := s.JS.Stream(context.Background(), transport.FlowsStream)
 		_ = st.Purge(context.Background())
 	}
 	report(b, n, wall, cpu, disk)
@@ -171,8 +171,8 @@ func BenchmarkPipelineParquet(b *testing.B) {
 
 // pubDone reports whether the stream has received n records' worth of
 // messages (one message per 16384-record batch, rounded up per batch).
-func pubDone(s *natsxtest.Server, n int) bool {
-	st, err := s.JS.Stream(context.Background(), natsx.FlowsStream)
+func pubDone(s *transporttest.Server, n int) bool {
+	st, err := s.JS.Stream(context.Background(), transport.FlowsStream)
 	if err != nil {
 		return false
 	}

@@ -12,13 +12,13 @@ import (
 
 	"github.com/tapflow/tapflow/bpf/capture"
 	"github.com/tapflow/tapflow/enrich"
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/internal/units"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
 	"github.com/tapflow/tapflow/sinks/parquet"
 	"github.com/tapflow/tapflow/sinks/s3out"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 // Config is the whole file.
@@ -41,7 +41,7 @@ type Config struct {
 	// Agent tunes the agent pipeline.
 	Agent AgentConfig `yaml:"agent"`
 	// NATS is the transport.
-	NATS natsx.Config `yaml:"nats"`
+	NATS transport.Config `yaml:"nats"`
 	// Collector writes Parquet.
 	Collector CollectorConfig `yaml:"collector"`
 	// Metrics is the Prometheus endpoint.
@@ -75,8 +75,8 @@ type AgentConfig struct {
 // CollectorConfig is the `collector:` section: the Parquet writer and its
 // JetStream consumer.
 type CollectorConfig struct {
-	Parquet  parquet.Config   `yaml:",inline"`
-	Consumer jetstream.Config `yaml:",inline"`
+	Parquet  parquet.Config `yaml:",inline"`
+	Consumer consume.Config `yaml:",inline"`
 	// S3 configures the object store when output is s3://bucket/prefix.
 	S3 s3out.Config `yaml:"s3"`
 }
@@ -110,8 +110,8 @@ func Default() Config {
 			GhostGrace: e.GhostGrace, LateBinding: e.LateBinding, MaxRouteHops: e.MaxRouteHops,
 		},
 		Agent:     AgentConfig{EdgeCapacity: 16, ShutdownTimeout: units.Duration(30 * time.Second), Spool: spool.DefaultConfig()},
-		NATS:      natsx.DefaultConfig(),
-		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: jetstream.DefaultConfig(), S3: s3out.DefaultConfig()},
+		NATS:      transport.DefaultConfig(),
+		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: consume.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
 	}

@@ -96,7 +96,7 @@ type Options struct {
 	// Dedupe turns on the committed-batch ledger (with Schema.Identity):
 	// a batch piece already committed is not written again. It relies on
 	// the transport contract: all records of one Batch carry the same
-	// (agent_id, batch_seq), and no other message carries it (natspub
+	// (agent_id, batch_seq), and no other message carries it (transport/publish
 	// stamps them so). The collector sets it.
 	Dedupe bool
 	// LedgerRefresh is how old a partition's listing may be when a batch

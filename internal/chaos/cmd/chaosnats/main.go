@@ -1,4 +1,4 @@
-// Command chaosnats runs tapflow's embedded nats-server (natsx.Embedded:
+// Command chaosnats runs tapflow's embedded nats-server (transport.Embedded:
 // JetStream, the tapflow streams created) as a process of its own, for
 // the chaos tests: they SIGTERM it (a graceful shutdown, JetStream
 // flushed) and start it again on the same port and store.
@@ -25,7 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/transport"
 )
 
 func main() {
@@ -46,7 +46,7 @@ func run(store, listen string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	e, err := natsx.NewEmbedded(store, listen, "chaos", log)
+	e, err := transport.NewEmbedded(store, listen, "chaos", log)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func run(store, listen string) error {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	err = natsx.EnsureStreams(ctx, js, natsx.DefaultConfig(), log)
+	err = transport.EnsureStreams(ctx, js, transport.DefaultConfig(), log)
 	cancel()
 	nc.Close()
 	if err != nil {

@@ -1,4 +1,4 @@
-package natspub_test
+package publish_test
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tapflow/tapflow/internal/chaos"
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/publish/spool"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
 type agent struct {
-	pub   *natspub.Publisher
+	pub   *publish.Publisher
 	sp    *spool.Spool
 	in    chan *pipeline.Batch
 	done  chan error
@@ -40,12 +40,12 @@ type agent struct {
 // over TCP (through whatever sits at url).
 func startAgent(t testing.TB, url, stateDir string, maxBytes units.ByteSize) *agent {
 	t.Helper()
-	cfg := natsx.DefaultConfig()
+	cfg := transport.DefaultConfig()
 	cfg.URL = url
 	cfg.PublishTimeout = units.Duration(300 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := natsx.Connect(ctx, cfg, "agent", quiet)
+	nc, err := transport.Connect(ctx, cfg, "agent", quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func startAgent(t testing.TB, url, stateDir string, maxBytes units.ByteSize) *ag
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := natspub.New(js, natspub.Options{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: cfg, Logger: quiet, Spool: sp})
+	pub, err := publish.New(js, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: cfg, Logger: quiet, Spool: sp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +107,10 @@ type streamMsg struct {
 }
 
 // readStream returns every message of TAPFLOW_FLOWS in stream order.
-func readStream(t *testing.T, s *natsxtest.Server) []streamMsg {
+func readStream(t *testing.T, s *transporttest.Server) []streamMsg {
 	t.Helper()
 	ctx := context.Background()
-	st, err := s.JS.Stream(ctx, natsx.FlowsStream)
+	st, err := s.JS.Stream(ctx, transport.FlowsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +161,9 @@ func checkStream(t *testing.T, msgs []streamMsg) map[int64]bool {
 func TestSpool(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string)
+		run  func(t *testing.T, s *transporttest.Server, px *chaos.Proxy, dir string)
 	}{
-		{"network cut: spool, then replay in order", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+		{"network cut: spool, then replay in order", func(t *testing.T, s *transporttest.Server, px *chaos.Proxy, dir string) {
 			a := startAgent(t, "nats://"+px.Addr(), dir, 1<<30)
 			go func() {
 				time.Sleep(300 * time.Millisecond)
@@ -188,7 +188,7 @@ func TestSpool(t *testing.T) {
 				t.Fatalf("replayed %v of %v spooled", testutil.ToFloat64(m.Replayed), testutil.ToFloat64(m.Appended))
 			}
 		}},
-		{"agent restarts while cut: spool survives, old batches first", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+		{"agent restarts while cut: spool survives, old batches first", func(t *testing.T, s *transporttest.Server, px *chaos.Proxy, dir string) {
 			a := startAgent(t, "nats://"+px.Addr(), dir, 1<<30)
 			a.send(10, 200, 0, 0)
 			px.Cut()
@@ -209,7 +209,7 @@ func TestSpool(t *testing.T) {
 				t.Fatalf("stream holds %d records, want %d", len(seen), 50*200)
 			}
 		}},
-		{"full spool: counted loss, no block", func(t *testing.T, s *natsxtest.Server, px *chaos.Proxy, dir string) {
+		{"full spool: counted loss, no block", func(t *testing.T, s *transporttest.Server, px *chaos.Proxy, dir string) {
 			px.Cut()
 			a := startAgentCut(t, px, dir)
 			start := time.Now()
@@ -229,7 +229,7 @@ func TestSpool(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := natsxtest.Run(t, "")
+			s := transporttest.Run(t, "")
 			px, err := chaos.NewProxy(strings.TrimPrefix(s.ClientURL(), "nats://"))
 			if err != nil {
 				t.Fatal(err)
@@ -243,7 +243,7 @@ func TestSpool(t *testing.T) {
 func startAgentB(b *testing.B, url, dir string) *agent { return startAgent(b, url, dir, 1<<30) }
 
 // startAgentCut connects while the proxy still passes traffic, then the
-// caller's cut applies: natsx.Connect needs one successful dial.
+// caller's cut applies: transport.Connect needs one successful dial.
 func startAgentCut(t *testing.T, px *chaos.Proxy, dir string) *agent {
 	px.Restore()
 	a := startAgent(t, "nats://"+px.Addr(), dir, 1<<20)
@@ -257,7 +257,7 @@ func startAgentCut(t *testing.T, px *chaos.Proxy, dir string) *agent {
 func BenchmarkSpoolReplayToNATS(b *testing.B) {
 	b.StopTimer()
 	for range b.N {
-		s := natsxtest.Run(b, "")
+		s := transporttest.Run(b, "")
 		px, err := chaos.NewProxy(strings.TrimPrefix(s.ClientURL(), "nats://"))
 		if err != nil {
 			b.Fatal(err)

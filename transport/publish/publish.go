@@ -1,4 +1,4 @@
-// Package natspub is the agent's pipeline sink: it stamps every record with
+// Package publish is the agent's pipeline sink: it stamps every record with
 // its identity (agent_id, batch_seq, record_index), encodes each batch as one
 // Arrow IPC message and publishes it to JetStream on tapflow.flows.v1.<node>
 // with Nats-Msg-Id = <agent_id>-<batch_seq>. A batch is acked (released) only
@@ -13,7 +13,7 @@
 // the spool cannot take (full, disk error) is acked with the error and
 // counted as lost (tapflow_spool_dropped_*), with a rate-limited log line.
 // Without a spool a batch is retried in memory until JetStream acks it.
-package natspub
+package publish
 
 import (
 	"context"
@@ -28,10 +28,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub/spool"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 // Options configure a Publisher.
@@ -39,7 +39,7 @@ type Options struct {
 	AgentID  string // identity stamped on records and message ids
 	Node     string // subject suffix
 	StateDir string // where the batch sequence reservation lives
-	NATS     natsx.Config
+	NATS     transport.Config
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 	// Spool, when set, takes batches while JetStream is unreachable or
@@ -109,7 +109,7 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Publisher{opts: opts, js: js, enc: enc, seq: seq, subject: natsx.FlowsSubject(opts.Node),
+	p := &Publisher{opts: opts, js: js, enc: enc, seq: seq, subject: transport.FlowsSubject(opts.Node),
 		log: opts.Logger.With("component", "natspub"), sp: opts.Spool, kick: make(chan struct{}, 1)}
 	p.m = metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_batches_total", Help: "Batches acknowledged by JetStream."}),
@@ -323,7 +323,7 @@ func (p *Publisher) publishRecords(ctx context.Context, recs []schemas.Flow) (in
 	}
 	limit := p.js.Conn().MaxPayload()
 	if limit <= 0 {
-		limit = natsx.MaxPayload // not connected yet: assume the embedded server's limit
+		limit = transport.MaxPayload // not connected yet: assume the embedded server's limit
 	}
 	if int64(len(p.body)) > limit-4096 && len(recs) > 1 {
 		p.m.splits.Inc()
@@ -381,7 +381,7 @@ func (p *Publisher) publish(ctx context.Context, seq int64, body []byte, records
 func (p *Publisher) publishOnce(ctx context.Context, msg *nats.Msg, id string, n int) error {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, p.opts.NATS.PublishTimeout.D())
-	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(natsx.FlowsStream))
+	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(transport.FlowsStream))
 	cancel()
 	if err != nil {
 		p.m.retries.Inc()

@@ -1,4 +1,4 @@
-package natsx
+package transport
 
 import (
 	"fmt"

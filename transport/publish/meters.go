@@ -1,4 +1,4 @@
-package natspub
+package publish
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // MeterOptions configure a MeterPublisher.
@@ -22,7 +22,7 @@ type MeterOptions struct {
 	AgentID  string // identity stamped on records and message ids
 	Node     string // subject suffix
 	StateDir string // where the meter batch sequence reservation lives (file meter_seq)
-	NATS     natsx.Config
+	NATS     transport.Config
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 }
@@ -69,7 +69,7 @@ func NewMeters(js jetstream.JetStream, opts MeterOptions) (*MeterPublisher, erro
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &MeterPublisher{opts: opts, js: js, enc: enc, seq: seq, subject: natsx.MetersSubject(opts.Node),
+	p := &MeterPublisher{opts: opts, js: js, enc: enc, seq: seq, subject: transport.MetersSubject(opts.Node),
 		log: opts.Logger.With("component", "natspub-meters")}
 	p.m = meterMetrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_meter_batches_total", Help: "Meter batches acknowledged by JetStream."}),
@@ -129,7 +129,7 @@ func (p *MeterPublisher) publishRecords(ctx context.Context, recs []schemas.Mete
 	}
 	limit := p.js.Conn().MaxPayload()
 	if limit <= 0 {
-		limit = natsx.MaxPayload
+		limit = transport.MaxPayload
 	}
 	if int64(len(p.body)) > limit-4096 && len(recs) > 1 {
 		half := len(recs) / 2
@@ -146,7 +146,7 @@ func (p *MeterPublisher) publishRecords(ctx context.Context, recs []schemas.Mete
 	var lastLog time.Time
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, p.opts.NATS.PublishTimeout.D())
-		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(natsx.MetersStream))
+		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(transport.MetersStream))
 		cancel()
 		if err == nil {
 			p.m.published.Inc()

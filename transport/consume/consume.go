@@ -1,4 +1,4 @@
-// Package jetstream is the collector's pipeline source: a durable pull
+// Package consume is the collector's pipeline source: a durable pull
 // consumer with explicit acks on TAPFLOW_FLOWS ([New]) or TAPFLOW_METERS
 // ([NewMeters]; durable "<durable>-meters"), generic over the record type
 // through a [Stream] descriptor. Each message (one agent
@@ -7,7 +7,7 @@
 // nacked (redelivered later) when the sink fails. Messages that do not
 // decode are moved to the dead-letter subject with the reason and
 // terminated; they never block good messages or crash the collector.
-package jetstream
+package consume
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/internal/natsx"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Config is the consumer part of the `collector:` section.
@@ -87,14 +87,14 @@ type Stream[T any] struct {
 
 // FlowStream is TAPFLOW_FLOWS with flow.v1 records.
 var FlowStream = Stream[schemas.Flow]{
-	Name: natsx.FlowsStream, Filter: natsx.FlowsSubjectRoot + ".>", DLQ: natsx.DLQFlowsSubject,
+	Name: transport.FlowsStream, Filter: transport.FlowsSubjectRoot + ".>", DLQ: transport.DLQFlowsSubject,
 	Decoder: schemas.NewDecoder(),
 }
 
 // MeterStream is TAPFLOW_METERS with meter.v1 records; its consumer is
 // "<durable>-meters".
 var MeterStream = Stream[schemas.Meter]{
-	Name: natsx.MetersStream, Filter: natsx.MetersSubjectRoot + ".>", DLQ: natsx.DLQMetersSubject, Suffix: "-meters",
+	Name: transport.MetersStream, Filter: transport.MetersSubjectRoot + ".>", DLQ: transport.DLQMetersSubject, Suffix: "-meters",
 	Decoder: schemas.NewDecoderFor(schemas.MeterTable),
 }
 
@@ -360,9 +360,9 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
 	s.m.corrupt.Inc()
 	s.log.Error("corrupt message moved to dead-letter subject", "subject", msg.Subject(), "stream_seq", seq, "bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause)
 	dl := &nats.Msg{Subject: s.st.DLQ, Data: msg.Data(), Header: nats.Header{}}
-	dl.Header.Set(natsx.HeaderOrigSubject, msg.Subject())
-	dl.Header.Set(natsx.HeaderOrigSeq, strconv.FormatUint(seq, 10))
-	dl.Header.Set(natsx.HeaderError, cause.Error())
+	dl.Header.Set(transport.HeaderOrigSubject, msg.Subject())
+	dl.Header.Set(transport.HeaderOrigSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(transport.HeaderError, cause.Error())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.js.PublishMsg(ctx, dl, jetstream.WithMsgID("dlq-"+s.st.Name+"-"+strconv.FormatUint(seq, 10))); err != nil {

@@ -1,4 +1,4 @@
-package natsx_test
+package transport_test
 
 import (
 	"context"
@@ -6,26 +6,26 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestEnsureStreams runs EnsureStreams a second time on a real embedded
-// server (natsxtest ran it once) and checks every stream and its subjects.
+// server (transporttest ran it once) and checks every stream and its subjects.
 func TestEnsureStreams(t *testing.T) {
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	ctx := context.Background()
-	if err := natsx.EnsureStreams(ctx, s.JS, natsx.DefaultConfig(), slog.New(slog.DiscardHandler)); err != nil {
+	if err := transport.EnsureStreams(ctx, s.JS, transport.DefaultConfig(), slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("second EnsureStreams: %v", err)
 	}
 	for _, tc := range []struct {
 		stream, subject string
 		maxBytes        int64
 	}{
-		{natsx.FlowsStream, natsx.FlowsSubject("cmp-1"), int64(natsx.DefaultConfig().StreamMaxBytes)},
-		{natsx.MetersStream, natsx.MetersSubject("cmp-1"), natsx.MetersMaxBytes},
-		{natsx.DLQStream, natsx.DLQMetersSubject, 1 << 30},
-		{natsx.DLQStream, natsx.DLQFlowsSubject, 1 << 30},
+		{transport.FlowsStream, transport.FlowsSubject("cmp-1"), int64(transport.DefaultConfig().StreamMaxBytes)},
+		{transport.MetersStream, transport.MetersSubject("cmp-1"), transport.MetersMaxBytes},
+		{transport.DLQStream, transport.DLQMetersSubject, 1 << 30},
+		{transport.DLQStream, transport.DLQFlowsSubject, 1 << 30},
 	} {
 		t.Run(tc.stream+"/"+tc.subject, func(t *testing.T) {
 			st, err := s.JS.Stream(ctx, tc.stream)
@@ -43,7 +43,7 @@ func TestEnsureStreams(t *testing.T) {
 			if err != nil || name != tc.stream {
 				t.Errorf("subject %s is in stream %q (%v), want %s", tc.subject, name, err, tc.stream)
 			}
-			if tc.stream != natsx.DLQStream && !slices.Contains(info.Config.Subjects, tc.subject[:len(tc.subject)-len("cmp-1")]+">") {
+			if tc.stream != transport.DLQStream && !slices.Contains(info.Config.Subjects, tc.subject[:len(tc.subject)-len("cmp-1")]+">") {
 				t.Errorf("subjects %v", info.Config.Subjects)
 			}
 		})
@@ -53,7 +53,7 @@ func TestEnsureStreams(t *testing.T) {
 // TestListenPortZero: two embedded servers asked for port 0 both start, on
 // different free ports (nats-server alone would put both on 4222).
 func TestListenPortZero(t *testing.T) {
-	a, b := natsxtest.Run(t, ""), natsxtest.Run(t, "")
+	a, b := transporttest.Run(t, ""), transporttest.Run(t, "")
 	if a.ClientURL() == "" || a.ClientURL() == b.ClientURL() {
 		t.Fatalf("client URLs %q and %q: want two different listening ports", a.ClientURL(), b.ClientURL())
 	}

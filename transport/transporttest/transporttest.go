@@ -1,7 +1,7 @@
-// Package natsxtest starts a real embedded nats-server with JetStream for
+// Package transporttest starts a real embedded nats-server with JetStream for
 // tests: in-process, store in t.TempDir(), streams created, shut down in
 // t.Cleanup.
-package natsxtest
+package transporttest
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/internal/natsx"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Server is a running embedded server with a client connection.
 type Server struct {
-	*natsx.Embedded
+	*transport.Embedded
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	Dir string
@@ -30,7 +30,7 @@ func Run(t testing.TB, dir string) *Server {
 		dir = t.TempDir()
 	}
 	log := slog.New(slog.DiscardHandler)
-	e, err := natsx.NewEmbedded(dir, "127.0.0.1:0", "test", log)
+	e, err := transport.NewEmbedded(dir, "127.0.0.1:0", "test", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func Run(t testing.TB, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := natsx.EnsureStreams(context.Background(), js, natsx.DefaultConfig(), log); err != nil {
+	if err := transport.EnsureStreams(context.Background(), js, transport.DefaultConfig(), log); err != nil {
 		t.Fatal(err)
 	}
 	s := &Server{Embedded: e, NC: nc, JS: js, Dir: dir}

@@ -1,4 +1,4 @@
-package jetstream_test
+package consume_test
 
 import (
 	"context"
@@ -11,20 +11,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // publishMeters sends meter batches of the given sizes through the real
 // agent meter publisher; record j of batch i has bytes 100*(first+i)+j.
-func publishMeters(t *testing.T, s *natsxtest.Server, stateDir string, first int, sizes []int) {
+func publishMeters(t *testing.T, s *transporttest.Server, stateDir string, first int, sizes []int) {
 	t.Helper()
-	pub, err := natspub.NewMeters(s.JS, natspub.MeterOptions{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: natsx.DefaultConfig(), Logger: quiet})
+	pub, err := publish.NewMeters(s.JS, publish.MeterOptions{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +51,11 @@ func publishMeters(t *testing.T, s *natsxtest.Server, stateDir string, first int
 }
 
 // collectMeters runs a meter source until it has seen want records.
-func collectMeters(t *testing.T, s *natsxtest.Server, want int, reg *prometheus.Registry) []schemas.Meter {
+func collectMeters(t *testing.T, s *transporttest.Server, want int, reg *prometheus.Registry) []schemas.Meter {
 	t.Helper()
-	cfg := jetstream.DefaultConfig()
+	cfg := consume.DefaultConfig()
 	cfg.AckWait = units.Duration(2 * time.Second)
-	src, err := jetstream.NewMeters(s.JS, cfg, jetstream.Options{Logger: quiet, Registry: reg})
+	src, err := consume.NewMeters(s.JS, cfg, consume.Options{Logger: quiet, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +92,15 @@ func collectMeters(t *testing.T, s *natsxtest.Server, want int, reg *prometheus.
 func TestMeters(t *testing.T) {
 	for _, sizes := range [][]int{{1}, {2, 0, 300}} {
 		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
-			s := natsxtest.Run(t, "")
+			s := transporttest.Run(t, "")
 			state := t.TempDir()
 			publishMeters(t, s, state, 0, sizes[:1])
 			fenc, _ := schemas.NewEncoder(schemas.CodecZstd)
 			body, _ := fenc.Encode(nil, make([]schemas.Flow, 3))
-			if _, err := s.JS.PublishMsg(context.Background(), &nats.Msg{Subject: natsx.MetersSubject("cmp1"), Data: body}); err != nil {
+			if _, err := s.JS.PublishMsg(context.Background(), &nats.Msg{Subject: transport.MetersSubject("cmp1"), Data: body}); err != nil {
 				t.Fatal(err)
 			}
-			publish(t, s, []int{5}) // flows: not for this consumer
+			publishBatches(t, s, []int{5}) // flows: not for this consumer
 			publishMeters(t, s, state, 1, sizes[1:])
 
 			want, wantBytes := 0, int64(0)
@@ -112,11 +112,11 @@ func TestMeters(t *testing.T) {
 			}
 			reg := prometheus.NewRegistry()
 			// A flow source on the same registry: metrics differ by stream.
-			if _, err := jetstream.New(s.JS, func() jetstream.Config {
-				c := jetstream.DefaultConfig()
+			if _, err := consume.New(s.JS, func() consume.Config {
+				c := consume.DefaultConfig()
 				c.AckWait = units.Duration(time.Minute)
 				return c
-			}(), jetstream.Options{Logger: quiet, Registry: reg}); err != nil {
+			}(), consume.Options{Logger: quiet, Registry: reg}); err != nil {
 				t.Fatal(err)
 			}
 			got := collectMeters(t, s, want, reg)
@@ -133,19 +133,19 @@ func TestMeters(t *testing.T) {
 			if len(got) != want || bytes != wantBytes {
 				t.Fatalf("got %d records / %d bytes, want %d / %d", len(got), bytes, want, wantBytes)
 			}
-			dlq, _ := s.JS.Stream(context.Background(), natsx.DLQStream)
-			m, err := dlq.GetLastMsgForSubject(context.Background(), natsx.DLQMetersSubject)
+			dlq, _ := s.JS.Stream(context.Background(), transport.DLQStream)
+			m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQMetersSubject)
 			if err != nil {
 				t.Fatalf("no meter dead letter: %v", err)
 			}
-			if e := m.Header.Get(natsx.HeaderError); !strings.Contains(e, `schema "flow.v1", want "meter.v1"`) {
+			if e := m.Header.Get(transport.HeaderError); !strings.Contains(e, `schema "flow.v1", want "meter.v1"`) {
 				t.Fatalf("dead letter error %q", e)
 			}
-			st, _ := s.JS.Stream(context.Background(), natsx.FlowsStream)
+			st, _ := s.JS.Stream(context.Background(), transport.FlowsStream)
 			if info, _ := st.Info(context.Background()); info.State.Msgs != 1 {
 				t.Fatalf("flow stream holds %d messages, want the 1 flow batch", info.State.Msgs)
 			}
-			c, err := s.JS.Consumer(context.Background(), natsx.MetersStream, jetstream.DefaultConfig().Durable+"-meters")
+			c, err := s.JS.Consumer(context.Background(), transport.MetersStream, consume.DefaultConfig().Durable+"-meters")
 			if err != nil {
 				t.Fatalf("meter consumer: %v", err)
 			}

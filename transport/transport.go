@@ -1,9 +1,9 @@
-// Package natsx holds tapflow's NATS plumbing shared by the agent and the
+// Package transport holds tapflow's NATS plumbing shared by the agent and the
 // collector: the embedded nats-server with JetStream (the default
 // deployment), client connections that survive outages, and the stream
 // definitions (TAPFLOW_FLOWS, TAPFLOW_METERS, TAPFLOW_DLQ) created
 // idempotently.
-package natsx
+package transport
 
 import (
 	"context"

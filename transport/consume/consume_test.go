@@ -1,4 +1,4 @@
-package jetstream_test
+package consume_test
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/internal/natsx"
-	"github.com/tapflow/tapflow/internal/natsx/natsxtest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/jetstream"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/natspub"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// publish sends batches of the given sizes through the real agent sink.
-func publish(t *testing.T, s *natsxtest.Server, sizes []int) {
+// publishBatches sends batches of the given sizes through the real agent sink.
+func publishBatches(t *testing.T, s *transporttest.Server, sizes []int) {
 	t.Helper()
-	pub, err := natspub.New(s.JS, natspub.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: natsx.DefaultConfig(), Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +53,12 @@ func publish(t *testing.T, s *natsxtest.Server, sizes []int) {
 
 // collect runs the source until it has seen want records (or times out),
 // acking each batch with ackErr.
-func collect(t *testing.T, s *natsxtest.Server, want int, ackErr error) []schemas.Flow {
+func collect(t *testing.T, s *transporttest.Server, want int, ackErr error) []schemas.Flow {
 	t.Helper()
-	cfg := jetstream.DefaultConfig()
+	cfg := consume.DefaultConfig()
 	cfg.AckWait = units.Duration(2 * time.Second)
 	cfg.NakDelay = units.Duration(100 * time.Millisecond)
-	src, err := jetstream.New(s.JS, cfg, jetstream.Options{Logger: quiet})
+	src, err := consume.New(s.JS, cfg, consume.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +91,8 @@ func collect(t *testing.T, s *natsxtest.Server, want int, ackErr error) []schema
 func TestPublishConsumeExactCounts(t *testing.T) {
 	for _, sizes := range [][]int{{1}, {10, 0, 2000}, {5000, 5000, 5000, 7}} {
 		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
-			s := natsxtest.Run(t, "")
-			publish(t, s, sizes)
+			s := transporttest.Run(t, "")
+			publishBatches(t, s, sizes)
 			want, wantBytes := 0, int64(0)
 			for i, n := range sizes {
 				want += n
@@ -119,8 +119,8 @@ func TestPublishConsumeExactCounts(t *testing.T) {
 }
 
 func TestNakRedelivers(t *testing.T) {
-	s := natsxtest.Run(t, "")
-	publish(t, s, []int{100})
+	s := transporttest.Run(t, "")
+	publishBatches(t, s, []int{100})
 	collect(t, s, 100, fmt.Errorf("disk full"))
 	// Nothing was acked: the same records come back.
 	if got := collect(t, s, 100, nil); len(got) != 100 {
@@ -129,29 +129,29 @@ func TestNakRedelivers(t *testing.T) {
 }
 
 func TestCorruptMessageGoesToDLQ(t *testing.T) {
-	s := natsxtest.Run(t, "")
-	publish(t, s, []int{50})
-	bad := &nats.Msg{Subject: natsx.FlowsSubject("cmp1"), Data: []byte("definitely not arrow")}
+	s := transporttest.Run(t, "")
+	publishBatches(t, s, []int{50})
+	bad := &nats.Msg{Subject: transport.FlowsSubject("cmp1"), Data: []byte("definitely not arrow")}
 	if _, err := s.JS.PublishMsg(context.Background(), bad); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, s, []int{70})
+	publishBatches(t, s, []int{70})
 	if got := collect(t, s, 120, nil); len(got) != 120 {
 		t.Fatalf("good records: got %d, want 120", len(got))
 	}
-	dlq, err := s.JS.Stream(context.Background(), natsx.DLQStream)
+	dlq, err := s.JS.Stream(context.Background(), transport.DLQStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dlq.GetLastMsgForSubject(context.Background(), natsx.DLQFlowsSubject)
+	m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQFlowsSubject)
 	if err != nil {
 		t.Fatalf("no dead letter: %v", err)
 	}
-	if string(m.Data) != "definitely not arrow" || m.Header.Get(natsx.HeaderOrigSeq) != "2" || m.Header.Get(natsx.HeaderError) == "" {
+	if string(m.Data) != "definitely not arrow" || m.Header.Get(transport.HeaderOrigSeq) != "2" || m.Header.Get(transport.HeaderError) == "" {
 		t.Fatalf("dead letter %q headers %v", m.Data, m.Header)
 	}
 	// The corrupt message was terminated: nothing is left for the consumer.
-	c, err := s.JS.Consumer(context.Background(), natsx.FlowsStream, jetstream.DefaultConfig().Durable)
+	c, err := s.JS.Consumer(context.Background(), transport.FlowsStream, consume.DefaultConfig().Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,16 +165,16 @@ func TestCorruptMessageGoesToDLQ(t *testing.T) {
 }
 
 func TestRepublishSameSeqIsDeduplicated(t *testing.T) {
-	s := natsxtest.Run(t, "")
+	s := transporttest.Run(t, "")
 	enc, _ := schemas.NewEncoder("zstd")
 	body, _ := enc.Encode(nil, make([]schemas.Flow, 10))
 	for range 3 {
-		msg := &nats.Msg{Subject: natsx.FlowsSubject("cmp1"), Data: body}
+		msg := &nats.Msg{Subject: transport.FlowsSubject("cmp1"), Data: body}
 		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("agent-a-42")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st, _ := s.JS.Stream(context.Background(), natsx.FlowsStream)
+	st, _ := s.JS.Stream(context.Background(), transport.FlowsStream)
 	info, _ := st.Info(context.Background())
 	if info.State.Msgs != 1 {
 		t.Fatalf("stream holds %d messages, want 1 (Nats-Msg-Id dedupe)", info.State.Msgs)
@@ -184,18 +184,18 @@ func TestRepublishSameSeqIsDeduplicated(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	cases := []struct {
 		name  string
-		mod   func(*jetstream.Config)
+		mod   func(*consume.Config)
 		valid bool
 	}{
-		{"default", func(*jetstream.Config) {}, true},
-		{"ack wait shorter than roll age", func(c *jetstream.Config) { c.AckWait = units.Duration(time.Minute) }, false},
-		{"tiny max ack pending", func(c *jetstream.Config) { c.MaxAckPending = 3 }, false},
-		{"no durable", func(c *jetstream.Config) { c.Durable = "" }, false},
-		{"fetch batch above half of max ack pending", func(c *jetstream.Config) { c.MaxAckPending = 100; c.FetchBatch = 64 }, false},
+		{"default", func(*consume.Config) {}, true},
+		{"ack wait shorter than roll age", func(c *consume.Config) { c.AckWait = units.Duration(time.Minute) }, false},
+		{"tiny max ack pending", func(c *consume.Config) { c.MaxAckPending = 3 }, false},
+		{"no durable", func(c *consume.Config) { c.Durable = "" }, false},
+		{"fetch batch above half of max ack pending", func(c *consume.Config) { c.MaxAckPending = 100; c.FetchBatch = 64 }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := jetstream.DefaultConfig()
+			c := consume.DefaultConfig()
 			tc.mod(&c)
 			err := c.Validate(5 * time.Minute)
 			if (err == nil) != tc.valid {
@@ -209,11 +209,11 @@ func TestConfigValidate(t *testing.T) {
 // ack wait (a file waiting to roll, a full disk, S3 down) is kept alive
 // with in-progress acks: JetStream does not redeliver it.
 func TestHeldMessagesAreNotRedelivered(t *testing.T) {
-	s := natsxtest.Run(t, "")
-	publish(t, s, []int{10, 10})
-	cfg := jetstream.DefaultConfig()
+	s := transporttest.Run(t, "")
+	publishBatches(t, s, []int{10, 10})
+	cfg := consume.DefaultConfig()
 	cfg.AckWait = units.Duration(time.Second)
-	src, err := jetstream.New(s.JS, cfg, jetstream.Options{Logger: quiet})
+	src, err := consume.New(s.JS, cfg, consume.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ loop:
 	}()
 	<-done
 	close(out)
-	c, _ := s.JS.Consumer(context.Background(), natsx.FlowsStream, cfg.Durable)
+	c, _ := s.JS.Consumer(context.Background(), transport.FlowsStream, cfg.Durable)
 	info, err := c.Info(context.Background())
 	if err != nil {
 		t.Fatal(err)

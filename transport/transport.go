@@ -38,7 +38,8 @@ const (
 // MaxPayload is the embedded server's message size limit.
 const MaxPayload = 8 << 20
 
-// MetersMaxBytes caps TAPFLOW_METERS. Meter records are two per tap every
+// MetersMaxBytes is the default cap of TAPFLOW_METERS
+// (nats.meters_stream_max_bytes). Meter records are two per tap every
 // meter_interval (~100 B each on the wire): 1 GiB holds weeks of a large
 // node's meters when no collector consumes them.
 const MetersMaxBytes = 1 << 30
@@ -63,6 +64,13 @@ type Config struct {
 	// StreamMaxBytes caps TAPFLOW_FLOWS on disk (default 10GiB). When full,
 	// publishes are refused (agents retry) rather than old data discarded.
 	StreamMaxBytes units.ByteSize `yaml:"stream_max_bytes"`
+	// MetersStreamMaxBytes caps TAPFLOW_METERS on disk (default 1GiB).
+	MetersStreamMaxBytes units.ByteSize `yaml:"meters_stream_max_bytes"`
+	// Replicas is how many copies of each stream (and of the durable
+	// consumers, which inherit it) a NATS cluster keeps: 1, 3 or 5
+	// (default 1). More than 1 needs a JetStream cluster of at least that
+	// many servers; the embedded server is a single node.
+	Replicas int `yaml:"replicas"`
 	// DuplicateWindow is the JetStream dedupe window for Nats-Msg-Id (default 2m).
 	DuplicateWindow units.Duration `yaml:"duplicate_window"`
 	// PublishTimeout bounds one publish round trip (default 10s).
@@ -74,10 +82,12 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Codec:           "zstd",
-		StreamMaxBytes:  10 << 30,
-		DuplicateWindow: units.Duration(2 * time.Minute),
-		PublishTimeout:  units.Duration(10 * time.Second),
+		Codec:                "zstd",
+		StreamMaxBytes:       10 << 30,
+		MetersStreamMaxBytes: MetersMaxBytes,
+		Replicas:             1,
+		DuplicateWindow:      units.Duration(2 * time.Minute),
+		PublishTimeout:       units.Duration(10 * time.Second),
 	}
 }
 
@@ -91,6 +101,17 @@ func (c Config) Validate() error {
 	}
 	if c.StreamMaxBytes < 64<<20 {
 		e.Add("stream_max_bytes", fmt.Sprintf("%s: too small", c.StreamMaxBytes), "use at least 64MiB, e.g. 10GiB")
+	}
+	if c.MetersStreamMaxBytes < 16<<20 {
+		e.Add("meters_stream_max_bytes", fmt.Sprintf("%s: too small", c.MetersStreamMaxBytes), "use at least 16MiB, e.g. 1GiB")
+	}
+	switch c.Replicas {
+	case 1, 3, 5:
+	default:
+		e.Add("replicas", fmt.Sprintf("%d: not 1, 3 or 5", c.Replicas), "use 1 (single server), 3 or 5 (a JetStream cluster of at least that many servers)")
+	}
+	if c.Replicas > 1 && c.URL == "" {
+		e.Add("replicas", fmt.Sprintf("%d with the embedded server", c.Replicas), "the embedded server is one node: set nats.url to a JetStream cluster, or use replicas: 1")
 	}
 	if c.DuplicateWindow.D() < time.Second {
 		e.Add("duplicate_window", fmt.Sprintf("%s: too short", c.DuplicateWindow), "use e.g. 2m")
@@ -231,11 +252,14 @@ func clientOptions(name string, log *slog.Logger) []nats.Option {
 	}
 }
 
-// EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
-// TAPFLOW_DLQ. It is idempotent and retries with backoff while JetStream is
-// unavailable.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
-	streams := []jetstream.StreamConfig{{
+// StreamConfigs are the streams tapflow needs, as cfg sizes them.
+func StreamConfigs(cfg Config) []jetstream.StreamConfig {
+	replicas := max(cfg.Replicas, 1)
+	metersMax := int64(cfg.MetersStreamMaxBytes)
+	if metersMax == 0 {
+		metersMax = MetersMaxBytes
+	}
+	return []jetstream.StreamConfig{{
 		Name:        FlowsStream,
 		Description: "tapflow flow.v1 record batches (Arrow IPC), one message per agent batch",
 		Subjects:    []string{FlowsSubjectRoot + ".>"},
@@ -244,6 +268,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		Discard:     jetstream.DiscardNew, // refuse, never silently drop old batches
 		MaxBytes:    int64(cfg.StreamMaxBytes),
 		Duplicates:  cfg.DuplicateWindow.D(),
+		Replicas:    replicas,
 	}, {
 		Name:        MetersStream,
 		Description: "tapflow meter.v1 record batches (Arrow IPC), one message per agent meter batch",
@@ -251,8 +276,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,
-		MaxBytes:    MetersMaxBytes,
+		MaxBytes:    metersMax,
 		Duplicates:  cfg.DuplicateWindow.D(),
+		Replicas:    replicas,
 	}, {
 		Name:        DLQStream,
 		Description: "tapflow messages the collector could not decode, with the reason in headers",
@@ -260,21 +286,29 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		Storage:     jetstream.FileStorage,
 		MaxAge:      14 * 24 * time.Hour,
 		MaxBytes:    1 << 30,
+		Replicas:    replicas,
 	}}
+}
+
+// EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
+// TAPFLOW_DLQ. It is idempotent and retries with backoff while JetStream is
+// unavailable; a configuration the server can never accept (replicas
+// beyond the cluster's size) fails at once with the fix.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
+	streams := StreamConfigs(cfg)
 	delay := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		var err error
 		for _, sc := range streams {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = js.CreateOrUpdateStream(cctx, sc)
-			cancel()
-			if err != nil {
-				err = fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+			if err = ensureStream(ctx, js, sc); err != nil {
 				break
 			}
 		}
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, errPermanent) {
+			return err
 		}
 		log.Warn("JetStream not ready; retrying", "attempt", attempt, "retry_in", delay, "err", err)
 		select {
@@ -284,6 +318,33 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// errPermanent marks stream errors that retrying cannot fix.
+var errPermanent = errors.New("permanent")
+
+// ensureStream creates sc or updates the stream to it.
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := js.CreateOrUpdateStream(cctx, sc)
+	if err == nil {
+		return nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10074: // replicas > 1 not supported in non-clustered mode
+			return fmt.Errorf("create or update stream %s with %d replicas: %w: %w; the server is not a JetStream cluster: set nats.replicas: 1, or point nats.url at a cluster of at least %d servers",
+				sc.Name, sc.Replicas, errPermanent, err, sc.Replicas)
+		case 10005, 10023: // no suitable peers / insufficient resources
+			// Retried: a node may be restarting. If it persists the
+			// cluster is too small for nats.replicas.
+			return fmt.Errorf("create or update stream %s with %d replicas: %w; if this persists the cluster has fewer than %d JetStream servers up with room: lower nats.replicas or add servers",
+				sc.Name, sc.Replicas, err, sc.Replicas)
+		}
+	}
+	return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
 }
 
 // StoreDir returns the embedded server's store directory under dataDir.

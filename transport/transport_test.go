@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/transporttest"
@@ -56,5 +58,48 @@ func TestListenPortZero(t *testing.T) {
 	a, b := transporttest.Run(t, ""), transporttest.Run(t, "")
 	if a.ClientURL() == "" || a.ClientURL() == b.ClientURL() {
 		t.Fatalf("client URLs %q and %q: want two different listening ports", a.ClientURL(), b.ClientURL())
+	}
+}
+
+// TestReplicasOnSingleServerFailsFast: R3 on a non-clustered server is a
+// configuration error reported at once with the fix, not retried forever.
+func TestReplicasOnSingleServerFailsFast(t *testing.T) {
+	s := transporttest.Run(t, "")
+	cfg := transport.DefaultConfig()
+	cfg.Replicas = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := transport.EnsureStreams(ctx, s.JS, cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("EnsureStreams with 3 replicas on one server succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("EnsureStreams retried until the deadline instead of failing fast: %v", err)
+	}
+	for _, want := range []string{"nats.replicas", "not a JetStream cluster"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+}
+
+func TestValidateReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		replicas int
+		url      string
+		ok       bool
+	}{
+		{1, "", true}, {3, "nats://a:4222,nats://b:4222,nats://c:4222", true}, {5, "nats://a:4222", true},
+		{0, "", false}, {2, "nats://a:4222", false}, {3, "", false}, {7, "nats://a:4222", false},
+	} {
+		cfg := transport.DefaultConfig()
+		cfg.Replicas, cfg.URL = tc.replicas, tc.url
+		err := cfg.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("replicas %d url %q: err %v, want ok=%v", tc.replicas, tc.url, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "replicas") {
+			t.Errorf("replicas %d: error %q does not name the key", tc.replicas, err)
+		}
 	}
 }

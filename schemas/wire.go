@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
 
@@ -30,8 +31,9 @@ const (
 // 0xFFFFFFFF continuation marker instead, so bodies are self-describing.
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
-// maxDecodedBody bounds a decompressed message (a corrupt or hostile
-// frame must not exhaust memory).
+// maxDecodedBody bounds a decompressed message of an unlimited decoder
+// (a corrupt or hostile frame must not exhaust memory); the collector
+// decodes with a far lower cap (DecoderOf.Limited).
 const maxDecodedBody = 512 << 20
 
 var (
@@ -114,12 +116,24 @@ func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 // retrying them.
 var ErrCorrupt = errors.New("corrupt flow batch")
 
+// ErrTooLarge marks a message that decodes to more bytes or records than a
+// limited decoder allows (a zstd or LZ4 bomb, or millions of empty rows
+// in a few KB). It is detected while decoding, before the memory is
+// allocated. Callers dead-letter such messages.
+var ErrTooLarge = errors.New("message too large")
+
 // Decoder is a DecoderOf flow records.
 type Decoder = DecoderOf[Flow]
 
 // DecoderOf turns message bodies back into records. It is stateless and
 // safe for concurrent use.
-type DecoderOf[T any] struct{ t *Table[T] }
+type DecoderOf[T any] struct {
+	t *Table[T]
+	// Limits (0: none beyond maxDecodedBody); see Limited.
+	maxBytes   int64
+	maxRecords int
+	zstd       *zstd.Decoder // nil: the shared zstdDec
+}
 
 // NewDecoder returns a flow.v1 Decoder.
 func NewDecoder() *Decoder { return NewDecoderFor(FlowTable) }
@@ -127,23 +141,92 @@ func NewDecoder() *Decoder { return NewDecoderFor(FlowTable) }
 // NewDecoderFor returns a decoder of t's records.
 func NewDecoderFor[T any](t *Table[T]) *DecoderOf[T] { return &DecoderOf[T]{t: t} }
 
+// Limited returns a decoder like d that refuses, with an error wrapping
+// ErrTooLarge, a message whose zstd frame decompresses to more than
+// maxBytes, whose Arrow buffers (the IPC body and what LZ4 buffers
+// expand to) add up to more than maxBytes, or that holds more than
+// maxRecords records. Every check runs before the memory it guards is
+// allocated, so a hostile message costs at most about 2×maxBytes plus
+// maxRecords decoded records.
+func (d *DecoderOf[T]) Limited(maxBytes int64, maxRecords int) (*DecoderOf[T], error) {
+	if maxBytes <= 0 || maxBytes > maxDecodedBody || maxRecords <= 0 {
+		return nil, fmt.Errorf("decoder limits: max bytes %d (1..%d) and max records %d (>0)", maxBytes, maxDecodedBody, maxRecords)
+	}
+	zd, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(uint64(maxBytes)), zstd.WithDecoderConcurrency(0))
+	if err != nil {
+		return nil, fmt.Errorf("decoder limits: zstd: %w", err)
+	}
+	return &DecoderOf[T]{t: d.t, maxBytes: maxBytes, maxRecords: maxRecords, zstd: zd}, nil
+}
+
+// budget is an Arrow allocator that refuses, by panicking, once the bytes
+// it handed out exceed its limit: arrow-go sizes buffers from message
+// metadata, so a hostile header could otherwise ask for gigabytes. arrow-go
+// turns the panic into an error (or Decode recovers it); over tells
+// Decode it was the budget.
+type budget struct {
+	used, limit, want int64
+	over              bool
+}
+
+func (b *budget) take(n int) {
+	if b.used+int64(n) > b.limit {
+		b.over, b.want = true, b.used+int64(n)
+		panic("tapflow: arrow allocation over the message budget")
+	}
+	b.used += int64(n)
+}
+
+func (b *budget) Allocate(size int) []byte {
+	b.take(size)
+	return memory.DefaultAllocator.Allocate(size)
+}
+
+func (b *budget) Reallocate(size int, p []byte) []byte {
+	b.take(size - len(p))
+	return memory.DefaultAllocator.Reallocate(size, p)
+}
+
+func (b *budget) Free(p []byte) { memory.DefaultAllocator.Free(p) }
+
 // Decode appends the records of body to dst. Any malformed input, or a
 // stream whose schema metadata names another schema (a meter.v1 message on
-// the flow stream), returns an error wrapping ErrCorrupt; it never panics.
+// the flow stream), returns an error wrapping ErrCorrupt; a message beyond
+// a limited decoder's limits returns one wrapping ErrTooLarge. It never
+// panics.
 func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
+	start := len(dst)
+	var bud *budget
+	if d.maxBytes > 0 {
+		bud = &budget{limit: d.maxBytes}
+	}
 	defer func() {
 		// arrow-go can panic on adversarial flatbuffers; a corrupt message
 		// must never take the collector down.
 		if r := recover(); r != nil {
-			out, err = dst, fmt.Errorf("%w: arrow ipc panicked: %v", ErrCorrupt, r)
+			out, err = dst[:start], fmt.Errorf("%w: arrow ipc panicked: %v", ErrCorrupt, r)
+		}
+		if err != nil && bud != nil && bud.over {
+			out, err = dst[:start], fmt.Errorf("%w: arrow buffers need %d bytes or more, limit %d", ErrTooLarge, bud.want, bud.limit)
 		}
 	}()
 	if bytes.HasPrefix(body, zstdMagic) {
-		if body, err = zstdDec.DecodeAll(body, nil); err != nil {
+		zd := zstdDec
+		if d.zstd != nil {
+			zd = d.zstd
+		}
+		if body, err = zd.DecodeAll(body, nil); err != nil {
+			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+				return dst, fmt.Errorf("%w: zstd frame decompresses to more than %d bytes", ErrTooLarge, d.limitBytes())
+			}
 			return dst, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 		}
 	}
-	r, err := ipc.NewReader(bytes.NewReader(body))
+	var opts []ipc.Option
+	if bud != nil {
+		opts = append(opts, ipc.WithAllocator(bud))
+	}
+	r, err := ipc.NewReader(bytes.NewReader(body), opts...)
 	if err != nil {
 		return dst, fmt.Errorf("%w: open arrow ipc stream: %v", ErrCorrupt, err)
 	}
@@ -151,9 +234,12 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 	if v, _ := r.Schema().Metadata().GetValue(MetadataKey); v != "" && v != d.t.name {
 		return dst, fmt.Errorf("%w: schema %q, want %q", ErrCorrupt, v, d.t.name)
 	}
-	start := len(dst)
 	for r.Next() {
-		if dst, err = d.t.FromArrow(r.RecordBatch(), dst); err != nil {
+		rec := r.RecordBatch()
+		if n := int64(len(dst)-start) + rec.NumRows(); d.maxRecords > 0 && n > int64(d.maxRecords) {
+			return dst[:start], fmt.Errorf("%w: %d records or more, limit %d", ErrTooLarge, n, d.maxRecords)
+		}
+		if dst, err = d.t.FromArrow(rec, dst); err != nil {
 			return dst[:start], fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 	}
@@ -161,6 +247,13 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 		return dst[:start], fmt.Errorf("%w: read arrow ipc: %v", ErrCorrupt, err)
 	}
 	return dst, nil
+}
+
+func (d *DecoderOf[T]) limitBytes() int64 {
+	if d.maxBytes > 0 {
+		return d.maxBytes
+	}
+	return maxDecodedBody
 }
 
 // SchemaName is the flow.v1 schema name (see columns.SchemaName).

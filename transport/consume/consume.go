@@ -4,9 +4,11 @@
 // through a [Stream] descriptor. Each message (one agent
 // batch) becomes one pipeline.Batch whose ack acks the message — so a
 // message is acked only when the sink has made its records durable, and
-// nacked (redelivered later) when the sink fails. Messages that do not
-// decode are moved to the dead-letter subject with the reason and
-// terminated; they never block good messages or crash the collector.
+// nacked (redelivered later) when the sink fails. Before a message goes
+// downstream it is checked (check.go: size while decoding, identity,
+// time); a message that fails is moved whole to the dead-letter subject
+// with its reason and terminated, so it never blocks good messages,
+// crashes the collector or opens a bogus partition.
 package consume
 
 import (
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,12 +47,61 @@ type Config struct {
 	// NakDelay delays redelivery of a message the sink could not commit
 	// (default 5s), so a full disk is not hammered.
 	NakDelay units.Duration `yaml:"nak_delay"`
+	// MaxBatchRecords is the most records one message may carry
+	// (default 1048576); more goes to the DLQ (reason size).
+	MaxBatchRecords int `yaml:"max_batch_records"`
+	// MaxMessageBytes caps what one message may decode to — its zstd
+	// frame decompressed, its Arrow buffers expanded (default 64MiB);
+	// checked while decoding, so a compression bomb cannot exhaust memory.
+	MaxMessageBytes units.ByteSize `yaml:"max_message_bytes"`
+	// MaxRecordAge: a record whose time_end is older sends its message to
+	// the DLQ (reason time; default 168h). It must exceed the longest
+	// NATS outage an agent spool bridges.
+	MaxRecordAge units.Duration `yaml:"max_record_age"`
+	// MaxClockSkew: a record whose time_end is further ahead of the
+	// collector's clock sends its message to the DLQ (reason time;
+	// default 1h).
+	MaxClockSkew units.Duration `yaml:"max_clock_skew"`
 }
+
+// Default limits of one message.
+const (
+	DefaultMaxBatchRecords = 1 << 20
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultMaxRecordAge    = 7 * 24 * time.Hour
+	DefaultMaxClockSkew    = time.Hour
+	// maxMessageBytesCap is the decoder's hard ceiling.
+	maxMessageBytesCap = 512 << 20
+)
 
 // DefaultConfig returns defaults; AckWait is derived from the roll age by
 // the caller when left zero.
 func DefaultConfig() Config {
-	return Config{Durable: "tapflow-collector", MaxAckPending: 20000, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second)}
+	return Config{Durable: "tapflow-collector", MaxAckPending: 20000, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
+		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
+		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew)}
+}
+
+// withDefaults fills limits left zero by a caller that built Config by
+// hand; Validate refuses zero in a config file.
+func (c Config) withDefaults() Config {
+	if c.MaxBatchRecords == 0 {
+		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxRecordAge == 0 {
+		c.MaxRecordAge = units.Duration(DefaultMaxRecordAge)
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = units.Duration(DefaultMaxClockSkew)
+	}
+	return c
+}
+
+func (c Config) limits() Limits {
+	return Limits{MaxRecords: c.MaxBatchRecords, MaxRecordAge: c.MaxRecordAge.D(), MaxClockSkew: c.MaxClockSkew.D()}
 }
 
 // Validate checks the fields and their fit with the sink's roll age.
@@ -72,6 +124,21 @@ func (c Config) Validate(rollAge time.Duration) error {
 		e.Add("max_ack_pending", fmt.Sprintf("%d is less than twice fetch_batch %d", c.MaxAckPending, c.FetchBatch),
 			"raise max_ack_pending (default 20000): it must hold the messages of the open files plus a fetch in flight")
 	}
+	if c.MaxBatchRecords < 1 || c.MaxBatchRecords > 1<<24 {
+		e.Add("max_batch_records", fmt.Sprintf("%d: out of range", c.MaxBatchRecords),
+			"use 1..16777216 (default 1048576), at least the agents' batch size (synthetic.batch_records, capture batches)")
+	}
+	if c.MaxMessageBytes < 1<<20 || c.MaxMessageBytes > maxMessageBytesCap {
+		e.Add("max_message_bytes", fmt.Sprintf("%s: out of range", c.MaxMessageBytes),
+			"use 1MiB..512MiB (default 64MiB): it bounds the memory one message may take, and must hold the largest agent batch decompressed (about 4x the server's max_payload with zstd)")
+	}
+	if c.MaxRecordAge.D() < time.Hour {
+		e.Add("max_record_age", fmt.Sprintf("%s: too short", c.MaxRecordAge),
+			"use at least 1h (default 168h): it must exceed the longest NATS outage an agent spool bridges, or replayed batches are dead-lettered")
+	}
+	if c.MaxClockSkew.D() < time.Second {
+		e.Add("max_clock_skew", fmt.Sprintf("%s: too short", c.MaxClockSkew), "use at least 1s (default 1h)")
+	}
 	return e.Err()
 }
 
@@ -83,12 +150,17 @@ type Stream[T any] struct {
 	DLQ     string // dead-letter subject
 	Suffix  string // appended to Config.Durable: "" for flows
 	Decoder *schemas.DecoderOf[T]
+	// Identity reads the fields the per-message checks need.
+	Identity func(*T) Identity
 }
 
 // FlowStream is TAPFLOW_FLOWS with flow.v1 records.
 var FlowStream = Stream[schemas.Flow]{
 	Name: transport.FlowsStream, Filter: transport.FlowsSubjectRoot + ".>", DLQ: transport.DLQFlowsSubject,
 	Decoder: schemas.NewDecoder(),
+	Identity: func(r *schemas.Flow) Identity {
+		return Identity{Node: r.Node, AgentID: r.AgentID, BatchSeq: r.BatchSeq, RecordIndex: r.RecordIndex, TimeEnd: r.TimeEnd}
+	},
 }
 
 // MeterStream is TAPFLOW_METERS with meter.v1 records; its consumer is
@@ -96,6 +168,9 @@ var FlowStream = Stream[schemas.Flow]{
 var MeterStream = Stream[schemas.Meter]{
 	Name: transport.MetersStream, Filter: transport.MetersSubjectRoot + ".>", DLQ: transport.DLQMetersSubject, Suffix: "-meters",
 	Decoder: schemas.NewDecoderFor(schemas.MeterTable),
+	Identity: func(r *schemas.Meter) Identity {
+		return Identity{Node: r.Node, AgentID: r.AgentID, BatchSeq: r.BatchSeq, RecordIndex: r.RecordIndex, TimeEnd: r.TimeEnd}
+	},
 }
 
 // Source is a pipeline.Source reading agent flow batches from JetStream.
@@ -105,6 +180,9 @@ type Source = SourceOf[schemas.Flow]
 type SourceOf[T any] struct {
 	cfg     Config
 	st      Stream[T]
+	dec     *schemas.DecoderOf[T] // st.Decoder limited to max_message_bytes / max_batch_records
+	lim     Limits
+	now     func() time.Time
 	durable string
 	js      jetstream.JetStream
 	drain   bool
@@ -125,6 +203,7 @@ type SourceOf[T any] struct {
 type metrics struct {
 	messages  prometheus.Counter
 	corrupt   prometheus.Counter
+	rejected  *prometheus.CounterVec // by reason
 	dlqErrors prometheus.Counter
 	naks      prometheus.Counter
 	pending   prometheus.Gauge
@@ -141,6 +220,8 @@ type Options struct {
 	DrainTimeout time.Duration
 	Logger       *slog.Logger
 	Registry     prometheus.Registerer
+	// Now is the clock of the time check (default time.Now).
+	Now func() time.Time
 }
 
 // New returns the flow source: NewFor(js, FlowStream, cfg, opts).
@@ -157,7 +238,7 @@ func NewMeters(js jetstream.JetStream, cfg Config, opts Options) (*SourceOf[sche
 // Metrics are labelled stream=<st.Name>, so sources of several streams
 // share a registry.
 func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Options) (*SourceOf[T], error) {
-	if st.Name == "" || st.Filter == "" || st.DLQ == "" || st.Decoder == nil {
+	if st.Name == "" || st.Filter == "" || st.DLQ == "" || st.Decoder == nil || st.Identity == nil {
 		return nil, fmt.Errorf("jetstream source: incomplete stream description %+v", st)
 	}
 	if cfg.AckWait.D() <= 0 {
@@ -169,13 +250,26 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = time.Minute
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg = cfg.withDefaults()
+	if cfg.MaxMessageBytes > maxMessageBytesCap {
+		return nil, fmt.Errorf("jetstream source: max_message_bytes %s above %s", cfg.MaxMessageBytes, units.ByteSize(maxMessageBytesCap))
+	}
+	dec, err := st.Decoder.Limited(int64(cfg.MaxMessageBytes), cfg.MaxBatchRecords)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream source: %w", err)
+	}
 	durable := cfg.Durable + st.Suffix
-	s := &SourceOf[T]{cfg: cfg, st: st, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
+	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
 		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]jetstream.Msg{}}
 	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
-		messages:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
-		corrupt:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", ConstLabels: l, Help: "Messages that failed to decode and went to the dead-letter subject."}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
+		corrupt:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", ConstLabels: l, Help: "Messages that failed to decode (reasons decode and size) and went to the dead-letter subject."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_consume_rejected_messages_total", ConstLabels: l,
+			Help: "Messages moved to the dead-letter subject, by reason: decode, size, identity, time."}, []string{"reason"}),
 		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", ConstLabels: l, Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
 		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
 		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
@@ -183,7 +277,10 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 	}
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG)
+		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.rejected, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG)
+	}
+	for _, r := range Reasons {
+		s.m.rejected.WithLabelValues(r) // exist at 0 so rate() alerts work
 	}
 	return s, nil
 }
@@ -232,6 +329,10 @@ func (s *SourceOf[T]) Run(ctx context.Context, out chan<- *pipeline.BatchOf[T]) 
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+	if mp := s.js.Conn().MaxPayload(); mp*4 > int64(s.cfg.MaxMessageBytes) {
+		s.log.Warn("the server's max_payload lets agents send messages that may decompress beyond collector.max_message_bytes; they would be dead-lettered (reason size)",
+			"max_payload", units.ByteSize(mp), "max_message_bytes", s.cfg.MaxMessageBytes, "fix", "raise collector.max_message_bytes to about 4x max_payload")
+	}
 	for ctx.Err() == nil {
 		s.fetch(ctx, cons, out, time.Second)
 	}
@@ -276,7 +377,7 @@ func (s *SourceOf[T]) fetch(ctx context.Context, cons jetstream.Consumer, out ch
 			s.m.pending.Set(float64(md.NumPending))
 			s.forward(msg, md, out)
 		} else {
-			s.deadLetter(msg, 0, fmt.Errorf("no JetStream metadata: %w", err))
+			s.deadLetter(msg, 0, ReasonDecode, fmt.Errorf("no JetStream metadata: %w", err))
 		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
@@ -286,12 +387,24 @@ func (s *SourceOf[T]) fetch(ctx context.Context, cons jetstream.Consumer, out ch
 }
 
 func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<- *pipeline.BatchOf[T]) {
-	recs, err := s.st.Decoder.Decode(nil, msg.Data())
-	if err != nil {
-		s.deadLetter(msg, md.Sequence.Stream, err)
+	seq := md.Sequence.Stream
+	if n := len(msg.Data()); int64(n) > int64(s.cfg.MaxMessageBytes) {
+		s.deadLetter(msg, seq, ReasonSize, fmt.Errorf("%d bytes, more than collector.max_message_bytes %s", n, s.cfg.MaxMessageBytes))
 		return
 	}
-	seq := md.Sequence.Stream
+	recs, err := s.dec.Decode(nil, msg.Data())
+	if err != nil {
+		reason := ReasonDecode
+		if errors.Is(err, schemas.ErrTooLarge) {
+			reason, err = ReasonSize, fmt.Errorf("%w (collector.max_message_bytes %s, max_batch_records %d)", err, s.cfg.MaxMessageBytes, s.cfg.MaxBatchRecords)
+		}
+		s.deadLetter(msg, seq, reason, err)
+		return
+	}
+	if rej := Check(recs, s.st.Identity, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), s.now(), s.lim); rej != nil {
+		s.deadLetter(msg, seq, rej.Reason, rej.Err)
+		return
+	}
 	s.heldMu.Lock()
 	s.held[seq] = msg
 	s.m.heldG.Set(float64(len(s.held)))
@@ -353,15 +466,32 @@ func (s *SourceOf[T]) heartbeat(runDone <-chan struct{}) {
 	}
 }
 
-// deadLetter republishes the raw message with the reason and terminates the
+// deadLetter republishes the raw message — body and original headers —
+// to the dead-letter subject with the reason, and terminates the
 // original. If the dead-letter publish fails, the original is nacked so it
 // is retried: never lost.
-func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
-	s.m.corrupt.Inc()
-	s.log.Error("corrupt message moved to dead-letter subject", "subject", msg.Subject(), "stream_seq", seq, "bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause)
+func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, cause error) {
+	s.m.rejected.WithLabelValues(reason).Inc()
+	if reason == ReasonDecode || reason == ReasonSize {
+		s.m.corrupt.Inc()
+	}
+	s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
+		"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason)
 	dl := &nats.Msg{Subject: s.st.DLQ, Data: msg.Data(), Header: nats.Header{}}
+	for k, v := range msg.Headers() {
+		// Nats-* are JetStream's own (message id, expected stream…): they
+		// would steer the DLQ publish; the original id is kept below.
+		if !strings.HasPrefix(k, "Nats-") {
+			dl.Header[k] = v
+		}
+	}
 	dl.Header.Set(transport.HeaderOrigSubject, msg.Subject())
 	dl.Header.Set(transport.HeaderOrigSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(transport.HeaderOrigStream, s.st.Name)
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		dl.Header.Set(transport.HeaderOrigMsgID, id)
+	}
+	dl.Header.Set(transport.HeaderReason, reason)
 	dl.Header.Set(transport.HeaderError, cause.Error())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -371,5 +501,5 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, cause error) {
 		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
 		return
 	}
-	_ = msg.TermWithReason("tapflow: corrupt batch: " + cause.Error())
+	_ = msg.TermWithReason("tapflow: rejected (" + reason + "): " + cause.Error())
 }

@@ -34,7 +34,7 @@ func publishBatches(t *testing.T, s *transporttest.Server, sizes []int) {
 	for i, n := range sizes {
 		recs := make([]schemas.Flow, n)
 		for j := range recs {
-			recs[j] = schemas.Flow{Bytes: int64(100*i + j), Packets: 1, TenantID: "t1", Direction: "tx"}
+			recs[j] = schemas.Flow{Bytes: int64(100*i + j), Packets: 1, TenantID: "t1", Direction: "tx", Node: "cmp1", TimeEnd: time.Now().UnixMicro()}
 		}
 		wg.Add(1)
 		in <- pipeline.NewBatch(recs, func(err error) {
@@ -192,6 +192,14 @@ func TestConfigValidate(t *testing.T) {
 		{"tiny max ack pending", func(c *consume.Config) { c.MaxAckPending = 3 }, false},
 		{"no durable", func(c *consume.Config) { c.Durable = "" }, false},
 		{"fetch batch above half of max ack pending", func(c *consume.Config) { c.MaxAckPending = 100; c.FetchBatch = 64 }, false},
+		{"no record limit", func(c *consume.Config) { c.MaxBatchRecords = 0 }, false},
+		{"record limit beyond 16M", func(c *consume.Config) { c.MaxBatchRecords = 1<<24 + 1 }, false},
+		{"message cap below 1MiB", func(c *consume.Config) { c.MaxMessageBytes = 1<<20 - 1 }, false},
+		{"message cap above 512MiB", func(c *consume.Config) { c.MaxMessageBytes = 513 << 20 }, false},
+		{"message cap 512MiB", func(c *consume.Config) { c.MaxMessageBytes = 512 << 20 }, true},
+		{"record age under 1h", func(c *consume.Config) { c.MaxRecordAge = units.Duration(time.Minute) }, false},
+		{"no clock skew", func(c *consume.Config) { c.MaxClockSkew = 0 }, false},
+		{"clock skew 1s", func(c *consume.Config) { c.MaxClockSkew = units.Duration(time.Second) }, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

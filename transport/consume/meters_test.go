@@ -33,7 +33,7 @@ func publishMeters(t *testing.T, s *transporttest.Server, stateDir string, first
 	for i, n := range sizes {
 		recs := make([]schemas.Meter, n)
 		for j := range recs {
-			recs[j] = schemas.Meter{Node: "cmp1", Ifname: fmt.Sprintf("tap%d", j), Direction: "tx", Bytes: int64(100*(first+i) + j), Packets: 1}
+			recs[j] = schemas.Meter{Node: "cmp1", Ifname: fmt.Sprintf("tap%d", j), Direction: "tx", Bytes: int64(100*(first+i) + j), Packets: 1, TimeEnd: time.Now().UnixMicro()}
 		}
 		wg.Add(1)
 		in <- pipeline.NewBatchOf(recs, func(err error) {

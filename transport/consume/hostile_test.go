@@ -1,0 +1,239 @@
+package consume_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/transporttest"
+)
+
+// stamped returns n flow records as agent agent-x on node stamps batch seq,
+// all with time_end te.
+func stamped(n int, node string, seq int64, te time.Time) []schemas.Flow {
+	recs := make([]schemas.Flow, n)
+	for i := range recs {
+		recs[i] = schemas.Flow{Node: node, AgentID: "agent-x", BatchSeq: seq, RecordIndex: int32(i), TimeEnd: te.UnixMicro(), Bytes: 1, Packets: 1}
+	}
+	return recs
+}
+
+func encodeFlows(t *testing.T, recs []schemas.Flow) []byte {
+	t.Helper()
+	enc, err := schemas.NewEncoder(schemas.CodecZstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := enc.Encode(nil, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// TestHostileMessagesGoToDLQ: against a real server, every kind of broken
+// or hostile message between good batches goes whole (body and original
+// headers) to tapflow.dlq.flows with its reason, is counted by reason and
+// terminated; the good batches all arrive; the collector neither crashes
+// nor holds anything back.
+func TestHostileMessagesGoToDLQ(t *testing.T) {
+	s := transporttest.Run(t, "")
+	now := time.Now()
+	cfg := consume.DefaultConfig()
+	cfg.AckWait = units.Duration(5 * time.Second)
+	cfg.MaxBatchRecords = 500
+	cfg.MaxMessageBytes = 1 << 20
+	reg := prometheus.NewRegistry()
+	src, err := consume.New(s.JS, cfg, consume.Options{Logger: quiet, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := func(reason string) float64 {
+		return counterValue(t, reg, "tapflow_consume_rejected_messages_total", reason)
+	}
+	for _, r := range consume.Reasons {
+		if got := rejected(r); got != 0 {
+			t.Fatalf("rejected{reason=%s} = %v at start, want 0", r, got)
+		}
+	}
+
+	type hostile struct {
+		name   string
+		node   string // subject node
+		msgID  string // "" = none
+		body   []byte
+		reason string
+	}
+	good := func(n int, seq int64) hostile {
+		return hostile{"good", "cmp1", "agent-x-" + strconv.FormatInt(seq, 10), encodeFlows(t, stamped(n, "cmp1", seq, now)), ""}
+	}
+	withDupIndex := stamped(10, "cmp1", 6, now)
+	withDupIndex[9].RecordIndex = 0
+	cases := []hostile{
+		good(100, 1),
+		{"garbage", "cmp1", "agent-x-2", []byte("definitely not arrow"), consume.ReasonDecode},
+		{"records of another node", "cmp1", "agent-x-3", encodeFlows(t, stamped(10, "cmp2", 3, now)), consume.ReasonIdentity},
+		{"message id of another batch", "cmp1", "agent-x-99", encodeFlows(t, stamped(10, "cmp1", 4, now)), consume.ReasonIdentity},
+		{"no message id", "cmp1", "", encodeFlows(t, stamped(10, "cmp1", 5, now)), consume.ReasonIdentity},
+		{"duplicate record_index", "cmp1", "agent-x-6", encodeFlows(t, withDupIndex), consume.ReasonIdentity},
+		good(200, 7),
+		{"clock 2h ahead", "cmp1", "agent-x-8", encodeFlows(t, stamped(10, "cmp1", 8, now.Add(2*time.Hour))), consume.ReasonTime},
+		{"8 days old", "cmp1", "agent-x-9", encodeFlows(t, stamped(10, "cmp1", 9, now.Add(-8*24*time.Hour))), consume.ReasonTime},
+		{"year -144169", "cmp1", "agent-x-10", encodeFlows(t, stamped(10, "cmp1", 10, time.UnixMicro(-4611686018427387904))), consume.ReasonTime},
+		{"more than max_batch_records", "cmp1", "agent-x-11", encodeFlows(t, stamped(501, "cmp1", 11, now)), consume.ReasonSize},
+		{"zstd bomb: 100k empty rows in a few KB", "cmp1", "agent-x-12", encodeFlows(t, make([]schemas.Flow, 100_000)), consume.ReasonSize},
+		good(300, 13),
+	}
+	want := map[string]int{}
+	wantRecords := 0
+	for _, h := range cases {
+		m := &nats.Msg{Subject: transport.FlowsSubject(h.node), Data: h.body, Header: nats.Header{}}
+		m.Header.Set("X-Tapflow-Test", h.name)
+		var opts []js.PublishOpt
+		if h.msgID != "" {
+			opts = append(opts, js.WithMsgID(h.msgID))
+		}
+		if _, err := s.JS.PublishMsg(context.Background(), m, opts...); err != nil {
+			t.Fatal(err)
+		}
+		if h.reason == "" {
+			wantRecords += len(mustDecode(t, h.body))
+		} else {
+			want[h.reason]++
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := make(chan *pipeline.Batch, 4)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, out) }()
+	got := 0
+	for got < wantRecords {
+		select {
+		case b := <-out:
+			got += len(b.Records)
+			b.Ack(nil)
+		case <-ctx.Done():
+			t.Fatalf("got %d good records, want %d", got, wantRecords)
+		}
+	}
+	// Poll: the dead letters are published before later messages are
+	// forwarded, but the counters are read from another goroutine.
+	for _, r := range consume.Reasons {
+		for rejected(r) != float64(want[r]) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if g := rejected(r); g != float64(want[r]) {
+			t.Errorf("rejected{reason=%s} = %v, want %d", r, g, want[r])
+		}
+	}
+	cancel()
+	go func() {
+		for b := range out {
+			b.Ack(nil)
+		}
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(out)
+	if got != wantRecords {
+		t.Fatalf("good records %d, want %d", got, wantRecords)
+	}
+
+	// Every hostile message is in the DLQ once, whole, with its reason.
+	dlq, err := s.JS.Stream(context.Background(), transport.DLQStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*js.RawStreamMsg{}
+	for seq := uint64(1); ; {
+		m, err := dlq.GetMsg(context.Background(), seq, js.WithGetMsgSubject(transport.DLQFlowsSubject))
+		if err != nil {
+			break
+		}
+		name := m.Header.Get("X-Tapflow-Test")
+		if byName[name] != nil {
+			t.Errorf("%s dead-lettered twice", name)
+		}
+		byName[name] = m
+		seq = m.Sequence + 1
+	}
+	for i, h := range cases {
+		m := byName[h.name]
+		if h.reason == "" {
+			if m != nil {
+				t.Errorf("good message %d dead-lettered: %s", i, m.Header.Get(transport.HeaderError))
+			}
+			continue
+		}
+		if m == nil {
+			t.Errorf("%s: not in the DLQ", h.name)
+			continue
+		}
+		if r := m.Header.Get(transport.HeaderReason); r != h.reason {
+			t.Errorf("%s: reason %q (%s), want %q", h.name, r, m.Header.Get(transport.HeaderError), h.reason)
+		}
+		if string(m.Data) != string(h.body) {
+			t.Errorf("%s: DLQ body differs from the original (%d vs %d bytes)", h.name, len(m.Data), len(h.body))
+		}
+		if id := m.Header.Get(transport.HeaderOrigMsgID); id != h.msgID {
+			t.Errorf("%s: original msg id %q, want %q", h.name, id, h.msgID)
+		}
+		if m.Header.Get(transport.HeaderOrigSubject) != transport.FlowsSubject(h.node) || m.Header.Get(transport.HeaderOrigStream) != transport.FlowsStream ||
+			m.Header.Get(transport.HeaderOrigSeq) != strconv.Itoa(i+1) || m.Header.Get(transport.HeaderError) == "" {
+			t.Errorf("%s: dead-letter headers %v", h.name, m.Header)
+		}
+		t.Logf("%-40s %-8s %s", h.name, h.reason, m.Header.Get(transport.HeaderError))
+	}
+	c, err := s.JS.Consumer(context.Background(), transport.FlowsStream, cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Info(context.Background()); err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Fatalf("consumer left pending=%d ack_pending=%d (%v)", info.NumPending, info.NumAckPending, err)
+	}
+}
+
+func mustDecode(t *testing.T, body []byte) []schemas.Flow {
+	t.Helper()
+	recs, err := schemas.NewDecoder().Decode(nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// counterValue reads the counter name{reason} (any stream) from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{reason=%q}", name, reason)
+	return 0
+}

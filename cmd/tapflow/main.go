@@ -33,6 +33,7 @@ Commands:
   report     bytes and packets by tenant, zone, server, LB… over a time range (table, CSV, JSON)
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
   spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
+  dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
   inventory  inventory dump: print what the inventory provider sees, in the file format
   validate   check a config file and list every problem
   version    print the version
@@ -66,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return labCmd(rest, stdout, stderr)
 	case "spool":
 		return spoolCmd(rest, stdout, stderr)
+	case "dlq":
+		return dlqCmd(rest, stdout, stderr)
 	case "validate":
 		return validateCmd(rest, stdout, stderr)
 	case "version", "--version":

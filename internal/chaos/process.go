@@ -26,6 +26,10 @@ type Process struct {
 	exited chan struct{}
 	starts int
 	kills  int
+	// waitErr is what the last run's Wait returned (nil: exit status 0);
+	// its own lock, since signal holds mu while waiting for the exit.
+	errMu   sync.Mutex
+	waitErr error
 }
 
 // NewProcess prepares (does not start) bin with args, logging to logPath.
@@ -57,7 +61,13 @@ func (p *Process) Start(extraEnv ...string) error {
 	p.cmd = cmd
 	exited := make(chan struct{})
 	p.exited = exited
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		err := cmd.Wait()
+		p.errMu.Lock()
+		p.waitErr = err
+		p.errMu.Unlock()
+		close(exited)
+	}()
 	return nil
 }
 
@@ -104,6 +114,15 @@ func (p *Process) Running() bool {
 	default:
 		return true
 	}
+}
+
+// ExitErr is how the last run ended: nil for exit status 0, else the
+// exec error (e.g. "exit status 1", "signal: killed"). Valid once the
+// process is no longer running.
+func (p *Process) ExitErr() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.waitErr
 }
 
 // Counts returns how often the process was started and SIGKILLed.

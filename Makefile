@@ -67,6 +67,7 @@ test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of mak
 bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, eBPF (root).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/benchpipe/
 	$(GO) test -run '^$$' -bench . -benchmem ./schemas/ ./sinks/... ./enrich/... ./pipeline/sources/synthetic/
+	$(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/
 	@if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench . -benchmem ./bpf/...; else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 
 lint: ## gofmt, go vet and the generated-code check.

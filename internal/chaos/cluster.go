@@ -47,7 +47,8 @@ type ClusterNode struct {
 func (n *ClusterNode) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.ClientPort) }
 
 // NewCluster prepares (does not start) size servers of bin under dir:
-// dir/<name>/store for JetStream, dir/<name>.conf, dir/<name>.log.
+// dir/<name>/store for JetStream, dir/<name>.conf, dir/<name>.log. Size 1
+// is a standalone server (no cluster block: JetStream not clustered).
 func NewCluster(bin, dir string, size int) (*Cluster, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("chaos cluster: %w", err)
@@ -78,12 +79,15 @@ http: 127.0.0.1:%d
 jetstream {
   store_dir: %q
 }
-cluster {
+`, n.Name, n.ClientPort, n.HTTPPort, n.store)
+		if size > 1 {
+			conf += fmt.Sprintf(`cluster {
   name: tapflow-chaos
   listen: 127.0.0.1:%d
   routes: [%s]
 }
-`, n.Name, n.ClientPort, n.HTTPPort, n.store, n.RoutePort, strings.Join(routes, ", "))
+`, n.RoutePort, strings.Join(routes, ", "))
+		}
 		path := filepath.Join(dir, n.Name+".conf")
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			return nil, fmt.Errorf("chaos cluster: %w", err)

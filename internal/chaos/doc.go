@@ -1,5 +1,7 @@
 // Package chaos holds test helpers that break real connections and
 // processes: a loopback TCP proxy whose traffic can be cut and restored
-// (a network partition between two real components), and a child-process
-// runner that kills with SIGKILL. Everything stays on 127.0.0.1.
+// (a network partition between two real components), a child-process
+// runner that kills with SIGKILL, and a JetStream cluster of real
+// nats-server processes whose nodes can be killed and restarted with
+// their stores. Everything stays on 127.0.0.1.
 package chaos

@@ -1,10 +1,11 @@
-// Package publish is the agent's pipeline sink: it stamps every record with
-// its identity (agent_id, batch_seq, record_index), encodes each batch as one
-// Arrow IPC message and publishes it to JetStream on tapflow.flows.v1.<node>
-// with Nats-Msg-Id = <agent_id>-<batch_seq>. A batch is acked (released) only
-// after JetStream's publish ack, or once it is durably in the agent spool;
-// until then it is retried with the same message id, so a retry after a
-// lost ack is deduplicated by the server.
+// Package publish is the agent's pipeline sink for every record type it
+// ships (flows, meters: see Kind): it stamps every record with its
+// identity (agent_id, batch_seq, record_index), encodes each batch as one
+// Arrow IPC message and publishes it to JetStream on <subject root>.<node>
+// with Nats-Msg-Id = <agent_id>-<batch_seq>. A batch is acked (released)
+// only after JetStream's publish ack, or once it is durably in the agent
+// spool; until then it is retried with the same message id, so a retry
+// after a lost ack is deduplicated by the server.
 //
 // With a spool (Options.Spool), a batch whose publish fails or times out —
 // and every batch after it — is appended to the spool instead of blocking
@@ -12,7 +13,8 @@
 // straight to JetStream again once it is empty, so order is kept. A batch
 // the spool cannot take (full, disk error) is acked with the error and
 // counted as lost (tapflow_spool_dropped_*), with a rate-limited log line.
-// Without a spool a batch is retried in memory until JetStream acks it.
+// Without a spool (meters: batches are small and the meter feed coalesces
+// what waits) a batch is retried in memory until JetStream acks it.
 package publish
 
 import (
@@ -34,11 +36,11 @@ import (
 	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
-// Options configure a Publisher.
+// Options configure a publisher.
 type Options struct {
 	AgentID  string // identity stamped on records and message ids
 	Node     string // subject suffix
-	StateDir string // where the batch sequence reservation lives
+	StateDir string // where the batch sequence reservation lives (Kind.SeqFile)
 	NATS     transport.Config
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
@@ -47,11 +49,21 @@ type Options struct {
 	Spool *spool.Spool
 }
 
-// Publisher is a pipeline.Sink.
-type Publisher struct {
+// MeterOptions configure the meter publisher (no spool by default).
+type MeterOptions = Options
+
+// Publisher is the flow publisher, a pipeline.Sink.
+type Publisher = PublisherOf[schemas.Flow]
+
+// MeterPublisher is the meter publisher, a pipeline.SinkOf[schemas.Meter].
+type MeterPublisher = PublisherOf[schemas.Meter]
+
+// PublisherOf publishes batches of one Kind; it is a pipeline.SinkOf[T].
+type PublisherOf[T any] struct {
+	kind    Kind[T]
 	opts    Options
 	js      jetstream.JetStream
-	enc     *schemas.Encoder
+	enc     *schemas.EncoderOf[T]
 	seq     *seqAllocator
 	subject string
 	body    []byte // reused encode buffer (Run is single-goroutine)
@@ -86,6 +98,7 @@ func (r *rateLog) allow(every time.Duration) (ok bool, suppressed int) {
 
 type metrics struct {
 	published prometheus.Counter
+	records   prometheus.Counter
 	bytes     prometheus.Counter
 	retries   prometheus.Counter
 	dupes     prometheus.Counter
@@ -93,49 +106,82 @@ type metrics struct {
 	latency   prometheus.Histogram
 }
 
-// New validates options; it does no I/O beyond reading the sequence file.
-func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
+func newMetrics(prefix, noun string) metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + name, Help: help})
+	}
+	return metrics{
+		published: c("batches_total", noun+" acknowledged by JetStream."),
+		records:   c("records_total", "Records in "+noun+" acknowledged by JetStream."),
+		bytes:     c("bytes_total", "Message bytes of "+noun+" acknowledged by JetStream (after compression)."),
+		retries:   c("retries_total", "Publish attempts of "+noun+" that failed and were retried."),
+		dupes:     c("duplicates_total", "Publishes of "+noun+" JetStream reported as duplicates (a retry after a lost ack)."),
+		splits:    c("splits_total", noun+" split in two because their message exceeded the server's max_payload."),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: prefix + "seconds", Help: "Time from publish to JetStream ack of " + noun + ".",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+}
+
+func (m metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency}
+}
+
+// New returns the flow publisher: NewFor(js, Flows, opts).
+func New(js jetstream.JetStream, opts Options) (*Publisher, error) { return NewFor(js, Flows, opts) }
+
+// NewMeters returns the meter publisher: NewFor(js, Meters, opts).
+func NewMeters(js jetstream.JetStream, opts MeterOptions) (*MeterPublisher, error) {
+	return NewFor(js, Meters, opts)
+}
+
+// NewFor validates options and registers the metrics; it does no I/O
+// beyond reading the sequence file.
+func NewFor[T any](js jetstream.JetStream, kind Kind[T], opts Options) (*PublisherOf[T], error) {
 	if opts.AgentID == "" || opts.Node == "" {
-		return nil, errors.New("natspub: agent id and node are required")
+		return nil, fmt.Errorf("%s: agent id and node are required", kind.Component)
 	}
-	enc, err := schemas.NewEncoder(opts.NATS.Codec)
+	enc, err := schemas.NewEncoderFor(kind.Table, opts.NATS.Codec)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", kind.Component, err)
 	}
-	seq, err := newSeqAllocator(opts.StateDir)
+	seq, err := newSeqAllocatorFile(opts.StateDir, kind.SeqFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", kind.Component, err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Publisher{opts: opts, js: js, enc: enc, seq: seq, subject: transport.FlowsSubject(opts.Node),
-		log: opts.Logger.With("component", "natspub"), sp: opts.Spool, kick: make(chan struct{}, 1)}
-	p.m = metrics{
-		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_batches_total", Help: "Batches acknowledged by JetStream."}),
-		bytes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_bytes_total", Help: "Message bytes acknowledged by JetStream (after compression)."}),
-		retries:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_retries_total", Help: "Publish attempts that failed and were retried."}),
-		dupes:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_duplicates_total", Help: "Publishes JetStream reported as duplicates (a retry after a lost ack)."}),
-		splits:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_publish_splits_total", Help: "Batches split in two because their message exceeded the server's max_payload."}),
-		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_publish_seconds", Help: "Time from publish to JetStream ack.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-	}
+	p := &PublisherOf[T]{kind: kind, opts: opts, js: js, enc: enc, seq: seq, subject: kind.Subject(opts.Node),
+		log: opts.Logger.With("component", kind.Component), sp: opts.Spool, kick: make(chan struct{}, 1),
+		m: newMetrics(kind.MetricPrefix, kind.Noun)}
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(p.m.published, p.m.bytes, p.m.retries, p.m.dupes, p.m.splits, p.m.latency)
+		cs := p.m.collectors()
+		for i, c := range cs {
+			if err := opts.Registry.Register(c); err != nil {
+				for _, r := range cs[:i] {
+					opts.Registry.Unregister(r)
+				}
+				return nil, fmt.Errorf("%s: register metrics: %w", kind.Component, err)
+			}
+		}
 	}
 	return p, nil
 }
 
-// Name implements pipeline.Sink.
-func (p *Publisher) Name() string { return "publish" }
+// Name implements pipeline.SinkOf.
+func (p *PublisherOf[T]) Name() string { return p.kind.Name }
 
-// Run implements pipeline.Sink. Publishing is synchronous per batch: at
+// Run implements pipeline.SinkOf. Publishing is synchronous per batch: at
 // 16K records per batch one round trip per batch costs ~1 ms, far below the
-// encode cost, and it keeps order and retry logic trivial.
+// encode cost, and it keeps order and retry logic trivial. Each batch is
+// acked nil once JetStream (or the spool) has it, or with the error when
+// ctx ended first (hard stop) or no batch sequence could be reserved; the
+// latter also stops Run with the error (the runner fails what is left).
 //
 // With a spool, Run opens it first (replaying what a previous run left),
 // and once in is closed waits until the spool is drained, replay fails, or
 // ctx ends; what is left stays on disk for the next start.
-func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
+func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]) error {
 	var stopReplay func()
 	if p.sp != nil {
 		if err := p.sp.Open(); err != nil {
@@ -156,14 +202,14 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 	var runErr error
 	for b := range in {
 		if ctx.Err() != nil {
-			b.Ack(fmt.Errorf("publish: %w", ctx.Err()))
+			b.Ack(fmt.Errorf("%s: %w", p.kind.Name, ctx.Err()))
 			continue
 		}
 		seq, err := p.publishRecords(ctx, b.Records)
 		b.Seq = seq
 		b.Ack(err)
 		if errors.Is(err, errSequence) {
-			runErr = err // cannot guarantee unique ids: stop the agent (the runner fails what is left)
+			runErr = err // cannot guarantee unique ids: stop the agent
 			break
 		}
 	}
@@ -179,153 +225,24 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 	return runErr
 }
 
-// waitDrained returns once the spool is empty, replay has failed
-// continuously for a grace period (2 × publish_timeout + 2s: NATS is
-// down, the entries wait on disk for the next start), or ctx ends.
-func (p *Publisher) waitDrained(ctx context.Context) {
-	grace := 2*p.opts.NATS.PublishTimeout.D() + 2*time.Second
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	var failingSince time.Time
-	for !p.sp.Empty() {
-		p.replayMu.Lock()
-		failing := p.failing
-		p.replayMu.Unlock()
-		switch {
-		case !failing:
-			failingSince = time.Time{}
-		case failingSince.IsZero():
-			failingSince = time.Now()
-		case time.Since(failingSince) > grace:
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// syncLoop fsyncs the spool every sync_interval, so a spooled batch is
-// durable within that bound even when no further append comes.
-func (p *Publisher) syncLoop(ctx context.Context) {
-	every := max(p.sp.SyncInterval(), 50*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			p.sp.Sync()
-		}
-	}
-}
-
-func (p *Publisher) wake() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// replay publishes spooled entries oldest first until ctx ends, retrying
-// each with backoff; only an acknowledged entry is consumed.
-func (p *Publisher) replay(ctx context.Context) {
-	delay := 100 * time.Millisecond
-	idle := time.NewTicker(time.Second)
-	defer idle.Stop()
-	var lastLog time.Time
-	for ctx.Err() == nil {
-		e, ok, err := p.sp.Peek()
-		if err != nil {
-			p.log.Error("spool replay: cannot read the spool; retrying (run `tapflow spool verify` on it)", "dir", p.sp.Dir(), "err", err)
-			p.setFailing(true)
-			sleep(ctx, 5*time.Second)
-			continue
-		}
-		if !ok {
-			p.sp.Metrics().OldestAge.Set(0)
-			p.sp.Sync()
-			select {
-			case <-ctx.Done():
-			case <-p.kick:
-			case <-idle.C:
-			}
-			continue
-		}
-		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
-		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: nats.Header{}}
-		err = p.publishOnce(ctx, msg, e.MsgID, len(e.Body))
-		if err == nil {
-			if aerr := p.sp.Advance(); aerr != nil {
-				p.log.Error("spool replay: cannot advance the cursor", "dir", p.sp.Dir(), "err", aerr)
-				sleep(ctx, time.Second)
-			}
-			if p.setFailing(false) {
-				p.log.Info("NATS answers again; replaying the spool", "dir", p.sp.Dir())
-			}
-			delay = 100 * time.Millisecond
-			continue
-		}
-		if errors.Is(err, nats.ErrMaxPayload) {
-			p.sp.Metrics().Dropped.WithLabelValues("too_large").Inc()
-			p.sp.Metrics().DroppedRecords.WithLabelValues("too_large").Add(float64(e.Records))
-			p.log.Error("spooled batch exceeds the server's max_payload; dropped", "msg_id", e.MsgID, "bytes", len(e.Body), "records", e.Records)
-			_ = p.sp.Advance()
-			continue
-		}
-		p.setFailing(true)
-		if time.Since(lastLog) > 30*time.Second {
-			lastLog = time.Now()
-			n, bytes := p.sp.Pending()
-			p.log.Warn("spool replay: publish failed; retrying", "msg_id", e.MsgID, "spooled_batches", n, "spooled_bytes", bytes, "retry_in", delay, "err", err)
-		}
-		sleep(ctx, delay)
-		delay = min(delay*2, 5*time.Second)
-	}
-}
-
-func (p *Publisher) setFailing(v bool) (changed bool) {
-	p.replayMu.Lock()
-	defer p.replayMu.Unlock()
-	changed, p.failing = p.failing != v, v
-	return changed
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 var errSequence = errors.New("batch sequence unavailable")
 
 // publishRecords publishes recs as one message, or, when the encoded
 // message exceeds the server's max_payload, as two halves (recursively),
 // each with its own batch_seq. It returns the first sequence used.
-func (p *Publisher) publishRecords(ctx context.Context, recs []schemas.Flow) (int64, error) {
+func (p *PublisherOf[T]) publishRecords(ctx context.Context, recs []T) (int64, error) {
 	seq, err := p.seq.Next()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", errSequence, err)
 	}
 	for i := range recs {
-		r := &recs[i]
-		r.AgentID, r.BatchSeq, r.RecordIndex = p.opts.AgentID, seq, int32(i)
+		p.kind.Stamp(&recs[i], p.opts.AgentID, seq, int32(i))
 	}
 	p.body, err = p.enc.Encode(p.body[:0], recs)
 	if err != nil {
-		return seq, fmt.Errorf("publish batch %d: %w", seq, err)
+		return seq, fmt.Errorf("%s batch %d: %w", p.kind.Name, seq, err)
 	}
-	limit := p.js.Conn().MaxPayload()
-	if limit <= 0 {
-		limit = transport.MaxPayload // not connected yet: assume the embedded server's limit
-	}
-	if int64(len(p.body)) > limit-4096 && len(recs) > 1 {
+	if int64(len(p.body)) > p.payloadLimit()-4096 && len(recs) > 1 {
 		p.m.splits.Inc()
 		half := len(recs) / 2
 		first, err := p.publishRecords(ctx, recs[:half])
@@ -338,19 +255,27 @@ func (p *Publisher) publishRecords(ctx context.Context, recs []schemas.Flow) (in
 	return seq, p.publish(ctx, seq, p.body, len(recs))
 }
 
+// payloadLimit is the server's max_payload.
+func (p *PublisherOf[T]) payloadLimit() int64 {
+	if limit := p.js.Conn().MaxPayload(); limit > 0 {
+		return limit
+	}
+	return transport.MaxPayload // not connected yet: assume the embedded server's limit
+}
+
 // publish sends one batch: straight to JetStream while the spool is empty
 // (one attempt), else — or when that attempt fails — into the spool.
 // Without a spool it retries until JetStream acks or ctx ends.
-func (p *Publisher) publish(ctx context.Context, seq int64, body []byte, records int) error {
+func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, records int) error {
 	msg := &nats.Msg{Subject: p.subject, Data: body, Header: nats.Header{}}
 	id := p.opts.AgentID + "-" + strconv.FormatInt(seq, 10)
 	if p.sp == nil {
-		return p.publishRetry(ctx, msg, id, body)
+		return p.publishRetry(ctx, msg, id, records)
 	}
 	// Only Run appends, so an empty spool stays empty until we append:
 	// publishing directly now cannot overtake a spooled batch.
 	if p.sp.Empty() && p.js.Conn().IsConnected() {
-		err := p.publishOnce(ctx, msg, id, len(body))
+		err := p.publishOnce(ctx, msg, id, records)
 		if err == nil {
 			return nil
 		}
@@ -378,10 +303,10 @@ func (p *Publisher) publish(ctx context.Context, seq int64, body []byte, records
 }
 
 // publishOnce makes one publish attempt bounded by publish_timeout.
-func (p *Publisher) publishOnce(ctx context.Context, msg *nats.Msg, id string, n int) error {
+func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id string, records int) error {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, p.opts.NATS.PublishTimeout.D())
-	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(transport.FlowsStream))
+	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.kind.Stream))
 	cancel()
 	if err != nil {
 		p.m.retries.Inc()
@@ -389,7 +314,8 @@ func (p *Publisher) publishOnce(ctx context.Context, msg *nats.Msg, id string, n
 	}
 	p.m.latency.Observe(time.Since(start).Seconds())
 	p.m.published.Inc()
-	p.m.bytes.Add(float64(n))
+	p.m.records.Add(float64(records))
+	p.m.bytes.Add(float64(len(msg.Data)))
 	if ack.Duplicate {
 		p.m.dupes.Inc()
 	}
@@ -397,11 +323,11 @@ func (p *Publisher) publishOnce(ctx context.Context, msg *nats.Msg, id string, n
 }
 
 // publishRetry retries until JetStream acks or ctx (the hard stop) ends.
-func (p *Publisher) publishRetry(ctx context.Context, msg *nats.Msg, id string, body []byte) error {
+func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id string, records int) error {
 	delay := 100 * time.Millisecond
 	var lastLog time.Time
 	for attempt := 1; ; attempt++ {
-		err := p.publishOnce(ctx, msg, id, len(body))
+		err := p.publishOnce(ctx, msg, id, records)
 		if err == nil {
 			return nil
 		}
@@ -416,11 +342,4 @@ func (p *Publisher) publishRetry(ctx context.Context, msg *nats.Msg, id string, 
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
-}
-
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }

@@ -23,8 +23,6 @@ type seqAllocator struct {
 
 const seqBlock = 1 << 16
 
-func newSeqAllocator(dir string) (*seqAllocator, error) { return newSeqAllocatorFile(dir, "batch_seq") }
-
 // newSeqAllocatorFile keeps its reservation in dir/name: one file per
 // sequence (flow batches, meter batches).
 func newSeqAllocatorFile(dir, name string) (*seqAllocator, error) {

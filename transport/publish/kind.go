@@ -1,0 +1,54 @@
+package publish
+
+import (
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+)
+
+// Kind describes one record type on the wire: where its batches go, how
+// they are encoded and stamped, and what its metrics are called. One
+// PublisherOf[T] serves every Kind, so stamping, max_payload splitting,
+// retries and the spool exist once.
+type Kind[T any] struct {
+	// Name is the sink name in pipeline metrics and logs.
+	Name string
+	// Component is the slog component and the prefix of errors.
+	Component string
+	// Stream is the JetStream stream a publish must land in.
+	Stream string
+	// Subject is the subject an agent on node publishes to.
+	Subject func(node string) string
+	// Table encodes the records (Arrow IPC).
+	Table *schemas.Table[T]
+	// Stamp sets the record identity (agent_id, batch_seq, record_index).
+	Stamp func(r *T, agentID string, seq int64, index int32)
+	// SeqFile is the batch sequence reservation in the state directory.
+	SeqFile string
+	// MetricPrefix starts every metric name (e.g. tapflow_publish_).
+	MetricPrefix string
+	// Noun names a batch in metric help ("Batches", "Meter batches").
+	Noun string
+}
+
+// Flows is flow.v1 on TAPFLOW_FLOWS (tapflow.flows.v1.<node>).
+var Flows = Kind[schemas.Flow]{
+	Name: "publish", Component: "natspub",
+	Stream: transport.FlowsStream, Subject: transport.FlowsSubject,
+	Table: schemas.FlowTable,
+	Stamp: func(r *schemas.Flow, id string, seq int64, i int32) {
+		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
+	},
+	SeqFile: "batch_seq", MetricPrefix: "tapflow_publish_", Noun: "Batches",
+}
+
+// Meters is meter.v1 on TAPFLOW_METERS (tapflow.meters.v1.<node>), with
+// its own sequence file meter_seq.
+var Meters = Kind[schemas.Meter]{
+	Name: "publish-meters", Component: "natspub-meters",
+	Stream: transport.MetersStream, Subject: transport.MetersSubject,
+	Table: schemas.MeterTable,
+	Stamp: func(r *schemas.Meter, id string, seq int64, i int32) {
+		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
+	},
+	SeqFile: "meter_seq", MetricPrefix: "tapflow_publish_meter_", Noun: "Meter batches",
+}

@@ -1,0 +1,133 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// waitDrained returns once the spool is empty, replay has failed
+// continuously for a grace period (2 × publish_timeout + 2s: NATS is
+// down, the entries wait on disk for the next start), or ctx ends.
+func (p *PublisherOf[T]) waitDrained(ctx context.Context) {
+	grace := 2*p.opts.NATS.PublishTimeout.D() + 2*time.Second
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var failingSince time.Time
+	for !p.sp.Empty() {
+		p.replayMu.Lock()
+		failing := p.failing
+		p.replayMu.Unlock()
+		switch {
+		case !failing:
+			failingSince = time.Time{}
+		case failingSince.IsZero():
+			failingSince = time.Now()
+		case time.Since(failingSince) > grace:
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// syncLoop fsyncs the spool every sync_interval, so a spooled batch is
+// durable within that bound even when no further append comes.
+func (p *PublisherOf[T]) syncLoop(ctx context.Context) {
+	every := max(p.sp.SyncInterval(), 50*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.sp.Sync()
+		}
+	}
+}
+
+func (p *PublisherOf[T]) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// replay publishes spooled entries oldest first until ctx ends, retrying
+// each with backoff; only an acknowledged entry is consumed.
+func (p *PublisherOf[T]) replay(ctx context.Context) {
+	delay := 100 * time.Millisecond
+	idle := time.NewTicker(time.Second)
+	defer idle.Stop()
+	var lastLog time.Time
+	for ctx.Err() == nil {
+		e, ok, err := p.sp.Peek()
+		if err != nil {
+			p.log.Error("spool replay: cannot read the spool; retrying (run `tapflow spool verify` on it)", "dir", p.sp.Dir(), "err", err)
+			p.setFailing(true)
+			sleep(ctx, 5*time.Second)
+			continue
+		}
+		if !ok {
+			p.sp.Metrics().OldestAge.Set(0)
+			p.sp.Sync()
+			select {
+			case <-ctx.Done():
+			case <-p.kick:
+			case <-idle.C:
+			}
+			continue
+		}
+		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: nats.Header{}}
+		err = p.publishOnce(ctx, msg, e.MsgID, e.Records)
+		if err == nil {
+			if aerr := p.sp.Advance(); aerr != nil {
+				p.log.Error("spool replay: cannot advance the cursor", "dir", p.sp.Dir(), "err", aerr)
+				sleep(ctx, time.Second)
+			}
+			if p.setFailing(false) {
+				p.log.Info("NATS answers again; replaying the spool", "dir", p.sp.Dir())
+			}
+			delay = 100 * time.Millisecond
+			continue
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			p.sp.Metrics().Dropped.WithLabelValues("too_large").Inc()
+			p.sp.Metrics().DroppedRecords.WithLabelValues("too_large").Add(float64(e.Records))
+			p.log.Error("spooled batch exceeds the server's max_payload; dropped", "msg_id", e.MsgID, "bytes", len(e.Body), "records", e.Records)
+			_ = p.sp.Advance()
+			continue
+		}
+		p.setFailing(true)
+		if time.Since(lastLog) > 30*time.Second {
+			lastLog = time.Now()
+			n, bytes := p.sp.Pending()
+			p.log.Warn("spool replay: publish failed; retrying", "msg_id", e.MsgID, "spooled_batches", n, "spooled_bytes", bytes, "retry_in", delay, "err", err)
+		}
+		sleep(ctx, delay)
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+func (p *PublisherOf[T]) setFailing(v bool) (changed bool) {
+	p.replayMu.Lock()
+	defer p.replayMu.Unlock()
+	changed, p.failing = p.failing != v, v
+	return changed
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

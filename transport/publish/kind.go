@@ -28,6 +28,9 @@ type Kind[T any] struct {
 	MetricPrefix string
 	// Noun names a batch in metric help ("Batches", "Meter batches").
 	Noun string
+	// MaxBytesKey is the config key that sizes Stream (named in the fix
+	// when the stream is full).
+	MaxBytesKey string
 }
 
 // Flows is flow.v1 on TAPFLOW_FLOWS (tapflow.flows.v1.<node>).
@@ -39,6 +42,7 @@ var Flows = Kind[schemas.Flow]{
 		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
 	},
 	SeqFile: "batch_seq", MetricPrefix: "tapflow_publish_", Noun: "Batches",
+	MaxBytesKey: "nats.stream_max_bytes",
 }
 
 // Meters is meter.v1 on TAPFLOW_METERS (tapflow.meters.v1.<node>), with
@@ -51,4 +55,5 @@ var Meters = Kind[schemas.Meter]{
 		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
 	},
 	SeqFile: "meter_seq", MetricPrefix: "tapflow_publish_meter_", Noun: "Meter batches",
+	MaxBytesKey: "nats.meters_stream_max_bytes",
 }

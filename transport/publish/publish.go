@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,8 @@ type PublisherOf[T any] struct {
 	failing  bool // last replay attempt failed
 	lossLog  rateLog
 	spoolLog rateLog
+	fullLog  rateLog
+	full     atomic.Bool // the last publish attempt found the stream full
 }
 
 // rateLog lets one line through per interval and counts the rest.
@@ -104,6 +107,7 @@ type metrics struct {
 	dupes     prometheus.Counter
 	splits    prometheus.Counter
 	latency   prometheus.Histogram
+	full      prometheus.Counter // tapflow_publish_refused_total{stream,reason="stream_full"}
 }
 
 func newMetrics(prefix, noun string) metrics {
@@ -154,6 +158,11 @@ func NewFor[T any](js jetstream.JetStream, kind Kind[T], opts Options) (*Publish
 	p := &PublisherOf[T]{kind: kind, opts: opts, js: js, enc: enc, seq: seq, subject: kind.Subject(opts.Node),
 		log: opts.Logger.With("component", kind.Component), sp: opts.Spool, kick: make(chan struct{}, 1),
 		m: newMetrics(kind.MetricPrefix, kind.Noun)}
+	refused, err := refusedVec(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: register metrics: %w", kind.Component, err)
+	}
+	p.m.full = refused.WithLabelValues(kind.Stream, "stream_full") // exists at 0 from start
 	if opts.Registry != nil {
 		cs := p.m.collectors()
 		for i, c := range cs {
@@ -279,7 +288,9 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 		if err == nil {
 			return nil
 		}
-		if ok, n := p.spoolLog.allow(30 * time.Second); ok {
+		if errors.Is(err, errStreamFull) {
+			p.logStreamFull(id, "spooled to disk until the stream has room", err)
+		} else if ok, n := p.spoolLog.allow(30 * time.Second); ok {
 			p.log.Warn("NATS unreachable or slow; spooling batches to disk until it answers", "msg_id", id, "spool", p.sp.Dir(), "err", err, "lines_suppressed", n)
 		}
 	}
@@ -293,10 +304,10 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 		m.Dropped.WithLabelValues(reason).Inc()
 		m.DroppedRecords.WithLabelValues(reason).Add(float64(records))
 		if ok, n := p.lossLog.allow(10 * time.Second); ok {
-			p.log.Error("batch lost: NATS unreachable and the spool cannot take it", "msg_id", id, "records", records, "reason", reason,
+			p.log.Error("batch lost: "+p.failureCause()+" and the spool cannot take it", "msg_id", id, "records", records, "reason", reason,
 				"err", err, "lost_batches_not_logged", n, "fix", "raise agent.spool.max_bytes or free disk space; see tapflow_spool_dropped_records_total")
 		}
-		return fmt.Errorf("publish %s: NATS unreachable and spool refused the batch: %w", id, err)
+		return fmt.Errorf("publish %s: %s and spool refused the batch: %w", id, p.failureCause(), err)
 	}
 	p.wake()
 	return nil
@@ -310,8 +321,15 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 	cancel()
 	if err != nil {
 		p.m.retries.Inc()
+		if isStreamFull(err) {
+			p.full.Store(true)
+			p.m.full.Inc()
+			return fmt.Errorf("%w: %s refused %s: %w", errStreamFull, p.kind.Stream, id, err)
+		}
+		p.full.Store(false)
 		return err
 	}
+	p.full.Store(false)
 	p.m.latency.Observe(time.Since(start).Seconds())
 	p.m.published.Inc()
 	p.m.records.Add(float64(records))
@@ -331,7 +349,9 @@ func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id str
 		if err == nil {
 			return nil
 		}
-		if time.Since(lastLog) > 10*time.Second {
+		if errors.Is(err, errStreamFull) {
+			p.logStreamFull(id, "kept in memory and retried", err)
+		} else if time.Since(lastLog) > 10*time.Second {
 			lastLog = time.Now()
 			p.log.Warn("publish failed; retrying (batch kept in memory)", "subject", p.subject, "msg_id", id, "attempt", attempt, "retry_in", delay, "err", err)
 		}

@@ -106,7 +106,9 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 			continue
 		}
 		p.setFailing(true)
-		if time.Since(lastLog) > 30*time.Second {
+		if errors.Is(err, errStreamFull) {
+			p.logStreamFull(e.MsgID, "stays in the spool until the stream has room", err)
+		} else if time.Since(lastLog) > 30*time.Second {
 			lastLog = time.Now()
 			n, bytes := p.sp.Pending()
 			p.log.Warn("spool replay: publish failed; retrying", "msg_id", e.MsgID, "spooled_batches", n, "spooled_bytes", bytes, "retry_in", delay, "err", err)

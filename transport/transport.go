@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -210,13 +211,12 @@ func (e *Embedded) Close() error {
 }
 
 // Connect dials an external NATS, retrying with backoff (1s → 30s) until
-// it answers or ctx ends, and logging what it waits for. The returned
+// it answers or ctx ends, and logging what it waits for (the collector:
+// it has nothing to do without NATS). Credentials the server refuses fail
+// at once (ErrAuth), never "unreachable; retrying". The returned
 // connection reconnects forever.
 func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := clientOptions(name, log)
-	if cfg.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
-	}
+	opts := append(clientOptions(name, log), credsOption(cfg)...)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(cfg.URL, opts...)
@@ -224,7 +224,10 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 			log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "attempts", attempt)
 			return nc, nil
 		}
-		log.Warn("NATS unreachable; retrying", "url", redact(cfg.URL), "attempt", attempt, "retry_in", delay, "err", err)
+		if isAuthError(err) {
+			return nil, authError(cfg, err)
+		}
+		log.Warn("NATS unreachable; retrying (nothing to consume until it answers)", "url", redact(cfg.URL), "attempt", attempt, "retry_in", delay, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("connect nats %s: %w (last error: %v)", redact(cfg.URL), ctx.Err(), err)
@@ -232,6 +235,61 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// ConnectBackground returns a connection to an external NATS at once (the
+// agent: capture must not wait for NATS). One synchronous attempt first —
+// refused credentials fail here with ErrAuth; if NATS does not answer, the
+// connection keeps dialing in the background (publishes fail fast until
+// it is up: no client-side buffer) and logs when it connects. fatal is
+// called once if the connection gives up for good later (the server
+// refuses the credentials once it answers).
+func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(error)) (*nats.Conn, error) {
+	opts := append(clientOptions(name, log), credsOption(cfg)...)
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err == nil {
+		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+		return nc, nil
+	}
+	if isAuthError(err) {
+		return nil, authError(cfg, err)
+	}
+	log.Warn("NATS unreachable at start; capture runs and batches go to the spool, connecting in the background",
+		"url", redact(cfg.URL), "err", err)
+	opts = append(opts,
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil && isAuthError(err) && fatal != nil {
+				fatal(authError(cfg, err))
+			}
+		}))
+	nc, err = nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", redact(cfg.URL), err)
+	}
+	return nc, nil
+}
+
+// ErrAuth marks a server that answered and refused the credentials.
+var ErrAuth = errors.New("NATS authorization failed")
+
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) ||
+		strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+func authError(cfg Config, err error) error {
+	return fmt.Errorf("connect nats %s: %w (%v): the server refused the credentials; fix the user and password or token in nats.url, or nats.creds_file",
+		redact(cfg.URL), ErrAuth, err)
+}
+
+func credsOption(cfg Config) []nats.Option {
+	if cfg.CredsFile == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserCredentials(cfg.CredsFile)}
 }
 
 func clientOptions(name string, log *slog.Logger) []nats.Option {
@@ -247,6 +305,10 @@ func clientOptions(name string, log *slog.Logger) []nats.Option {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if isAuthError(err) {
+				log.Error("NATS refused the credentials", "err", err, "fix", "fix the user and password or token in nats.url, or nats.creds_file")
+				return
+			}
 			log.Warn("NATS async error", "err", err)
 		}),
 	}

@@ -33,7 +33,7 @@ import (
 // until ctx ends, then stops in order: agent (publishes what it holds),
 // collector (drains the stream, commits, acks), NATS.
 func RunAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, waitForNATS, func(ctx context.Context, rt *runtime) error {
 		return runAll(ctx, cfg, rt)
 	})
 }
@@ -69,9 +69,10 @@ func runAll(ctx context.Context, cfg config.Config, rt *runtime) error {
 	return errors.Join(agentErr, g.Wait())
 }
 
-// RunAgent runs the agent alone.
+// RunAgent runs the agent alone. It does not wait for an external NATS:
+// capture starts at once and batches go to the spool until NATS answers.
 func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, natsInBackground, func(ctx context.Context, rt *runtime) error {
 		a, err := newAgent(cfg, rt)
 		if err != nil {
 			return err
@@ -82,7 +83,7 @@ func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 // RunCollector runs the collector alone.
 func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, waitForNATS, func(ctx context.Context, rt *runtime) error {
 		c, err := newCollector(cfg, rt, false)
 		if err != nil {
 			return err
@@ -112,7 +113,20 @@ func (rt *runtime) requestRefresh() bool {
 	return false
 }
 
-func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body func(context.Context, *runtime) error) error {
+// natsMode says how a process meets an external NATS that does not answer.
+type natsMode int
+
+const (
+	// waitForNATS: connect (retrying) and create the streams before the
+	// body runs (the collector: nothing to do without NATS).
+	waitForNATS natsMode = iota
+	// natsInBackground: the body starts at once; the connection and the
+	// streams come up in the background (the agent: capture from the
+	// first second, batches spooled meanwhile).
+	natsInBackground
+)
+
+func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode natsMode, body func(context.Context, *runtime) error) error {
 	rt := &runtime{log: log, reg: obs.NewRegistry()}
 	rt.pm = pipeline.NewMetrics(rt.reg)
 	log.Info("tapflow starting", "version", version.Version, "node", cfg.Node, "source", cfg.Source,
@@ -145,7 +159,20 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 		}()
 	}
 
+	// fatal stops the body when the background NATS setup fails for good
+	// (credentials refused, a stream configuration the server rejects).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fatalErr atomic.Pointer[error]
+	fatal := func(err error) {
+		if fatalErr.CompareAndSwap(nil, &err) {
+			log.Error("NATS setup failed; stopping", "err", err)
+			cancel()
+		}
+	}
+
 	var err error
+	background := false
 	if cfg.NATS.URL == "" {
 		// Embedded server: `run` always, agent/collector alone too (single box).
 		emb, eerr := transport.NewEmbedded(transport.StoreDir(cfg.DataDir), cfg.NATS.Listen, "tapflow-"+cfg.Node, log)
@@ -160,21 +187,41 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 			log.Info("embedded nats-server stopped")
 		}()
 		rt.nc, err = emb.Connect("tapflow-"+cfg.Node, log)
+	} else if mode == natsInBackground {
+		background = true
+		rt.nc, err = transport.ConnectBackground(cfg.NATS, "tapflow-"+cfg.Node, log, fatal)
 	} else {
 		rt.nc, err = transport.Connect(ctx, cfg.NATS, "tapflow-"+cfg.Node, log)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped while waiting for NATS", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer func() {
 		// Flush outstanding acks before the connection goes.
-		_ = rt.nc.FlushTimeout(5 * time.Second)
+		if rt.nc.IsConnected() {
+			_ = rt.nc.FlushTimeout(5 * time.Second)
+		}
 		rt.nc.Close()
 	}()
 	if rt.js, err = js.New(rt.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+	if background {
+		// The publisher spools until NATS answers; the streams are
+		// created (or checked) once it does.
+		go func() {
+			if !waitConnected(ctx, rt.nc) {
+				return
+			}
+			if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil && ctx.Err() == nil {
+				fatal(err)
+			}
+		}()
+	} else if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while the streams were being created: nothing ran,
 			// nothing is lost; a requested stop is not a failure.
@@ -193,7 +240,29 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, body 
 			}
 		}
 	}()
-	return body(ctx, rt)
+	err = body(ctx, rt)
+	if f := fatalErr.Load(); f != nil {
+		return errors.Join(*f, err)
+	}
+	return err
+}
+
+// waitConnected reports once nc is connected; false when ctx ends or the
+// connection closed first.
+func waitConnected(ctx context.Context, nc *nats.Conn) bool {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !nc.IsConnected() {
+		if nc.IsClosed() {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 func natsTarget(cfg config.Config) string {

@@ -25,9 +25,9 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// TestExternalNATSUnreachableRetries: an agent pointed at a NATS that is
-// not there keeps retrying with backoff and says so, then connects when
-// the server appears.
+// TestExternalNATSUnreachableRetries: a collector pointed at a NATS that
+// is not there keeps retrying with backoff and says so, then connects when
+// the server appears. (An agent does not wait: TestAgentStartsDuringOutage.)
 func TestExternalNATSUnreachableRetries(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func TestExternalNATSUnreachableRetries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- RunAgent(ctx, cfg, log) }()
+	go func() { done <- RunCollector(ctx, cfg, log) }()
 
 	waitLog := func(s string) {
 		t.Helper()
@@ -69,6 +69,6 @@ func TestExternalNATSUnreachableRetries(t *testing.T) {
 	waitLog("connected to NATS")
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("agent: %v", err)
+		t.Fatalf("collector: %v", err)
 	}
 }

@@ -264,12 +264,18 @@ func (p *PublisherOf[T]) publishRecords(ctx context.Context, recs []T) (int64, e
 	return seq, p.publish(ctx, seq, p.body, len(recs))
 }
 
+// unknownMaxPayload is assumed before the connection has ever been up
+// (agent started during an outage): nats-server's default max_payload, so
+// batches spooled meanwhile are not too large for the server once it
+// answers (the embedded server's 8 MiB is known at once: in-process).
+const unknownMaxPayload = 1 << 20
+
 // payloadLimit is the server's max_payload.
 func (p *PublisherOf[T]) payloadLimit() int64 {
 	if limit := p.js.Conn().MaxPayload(); limit > 0 {
 		return limit
 	}
-	return transport.MaxPayload // not connected yet: assume the embedded server's limit
+	return unknownMaxPayload
 }
 
 // publish sends one batch: straight to JetStream while the spool is empty

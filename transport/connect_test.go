@@ -2,13 +2,17 @@ package transport_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -93,5 +97,152 @@ func TestConnectBackground(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "connected to NATS") {
 		t.Errorf("no connected line in the log:\n%s", logs.String())
+	}
+}
+
+// TestValidateURL: a nats.url that cannot work is a validation error that
+// names the key and never shows the password, not an endless retry.
+func TestValidateURL(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		ok   bool
+		want string // in the error
+	}{
+		{"nats://a:4222", true, ""},
+		{"nats://a:4222, tls://b:4222,ws://c:8080,wss://d", true, ""},
+		{"a:4222", true, ""},
+		{"user:pw@a:4222", true, ""},
+		{"nats://user:pw@a", true, ""},
+		{"http://a:4222", false, `scheme "http"`},
+		{"nats://a:42x22", false, "does not parse"},
+		{"nats://a:70000", false, "not 1-65535"},
+		{"nats://:4222", false, "no host"},
+		{"nats://a:4222,", false, "empty entry"},
+		{"nats://a:4222/path", false, "unexpected path"},
+		{"nats://user:hunter2@a:99999", false, "not 1-65535"},
+		{"user:hunter2@a:bad", false, "does not parse"},
+		{"nats://us er:hunter2@a:4222 x", false, ""},
+	} {
+		cfg := transport.DefaultConfig()
+		cfg.URL = tc.url
+		err := cfg.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("url %q: err %v, want ok=%v", tc.url, err, tc.ok)
+			continue
+		}
+		if err == nil {
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "url") || !strings.Contains(msg, tc.want) {
+			t.Errorf("url %q: error %q does not name the key and %q", tc.url, msg, tc.want)
+		}
+		if strings.Contains(msg, "hunter2") {
+			t.Errorf("url %q: error shows the password: %s", tc.url, msg)
+		}
+	}
+}
+
+// TestWrongCredentials: a server with user/password refuses a wrong
+// password. Connect (the collector) and ConnectBackground (the agent)
+// report an authorization failure with the fix at once — also when the
+// server only appears after the agent started — never "unreachable;
+// retrying" forever, and the password appears in no error and no log.
+func TestWrongCredentials(t *testing.T) {
+	const secret = "wr0ng-pa55word"
+	startServer := func(t *testing.T, port int) string {
+		t.Helper()
+		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true,
+			Username: "tapflow", Password: "right-password"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+		t.Cleanup(srv.Shutdown)
+		return srv.Addr().String()
+	}
+	check := func(t *testing.T, err error, logs string) {
+		t.Helper()
+		if !errors.Is(err, transport.ErrAuth) {
+			t.Fatalf("error %v is not an authorization failure", err)
+		}
+		for _, want := range []string{"Authorization Violation", "refused the credentials", "nats.url"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(logs, secret) {
+			t.Errorf("password leaked:\nerr: %v\nlogs: %s", err, logs)
+		}
+		if strings.Contains(logs, "unreachable") {
+			t.Errorf("wrong credentials logged as unreachable:\n%s", logs)
+		}
+	}
+	for _, form := range []string{"nats://tapflow:%s@%s", "tapflow:%s@%s"} {
+		t.Run("connect "+strings.SplitN(form, ":", 2)[0], func(t *testing.T) {
+			addr := startServer(t, -1)
+			cfg := transport.DefaultConfig()
+			cfg.URL = fmt.Sprintf(form, secret, addr)
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var logs logBuf
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := transport.Connect(ctx, cfg, "collector", log)
+			if ctx.Err() != nil {
+				t.Fatalf("Connect retried until the deadline: %v", err)
+			}
+			check(t, err, logs.String())
+			start := time.Now()
+			_, err = transport.ConnectBackground(cfg, "agent", log, nil)
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("ConnectBackground took %s", d)
+			}
+			check(t, err, logs.String())
+			t.Logf("%v", err)
+		})
+	}
+	t.Run("server appears after the agent started", func(t *testing.T) {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		cfg := transport.DefaultConfig()
+		cfg.URL = "nats://tapflow:" + secret + "@" + addr
+		var logs logBuf
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		fatal := make(chan error, 1)
+		nc, err := transport.ConnectBackground(cfg, "agent", log, func(err error) { fatal <- err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		p, _ := strconv.Atoi(port)
+		startServer(t, p)
+		select {
+		case err := <-fatal:
+			check(t, err, strings.ReplaceAll(logs.String(), "unreachable at start", "")) // that line was true then
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no authorization failure reported 30 s after the server appeared; logs:\n%s", logs.String())
+		}
+	})
+}
+
+func TestRedact(t *testing.T) {
+	for _, u := range []string{
+		"nats://user:hunter2@a:4222", "user:hunter2@a:4222", "hunter2@a:4222", "nats://hunter2@a",
+		"tls://u:hunter2@a:4222,nats://v:hunter2@b:4222", "nats://u:hun@ter2hunter2@a:4222", "nats://u:hunter2@a:bad port",
+		"wss://u:hunter2@[::1]:443",
+	} {
+		r := transport.Redact(u)
+		if strings.Contains(r, "hunter2") || strings.Contains(r, "ter2") {
+			t.Errorf("redact(%q) = %q: password kept", u, r)
+		}
+		if !strings.Contains(r, "REDACTED@") {
+			t.Errorf("redact(%q) = %q: no marker", u, r)
+		}
 	}
 }

@@ -120,6 +120,11 @@ func (c Config) Validate() error {
 	if c.PublishTimeout.D() < 100*time.Millisecond {
 		e.Add("publish_timeout", fmt.Sprintf("%s: too short", c.PublishTimeout), "use e.g. 10s")
 	}
+	if c.URL != "" {
+		for _, p := range checkURLs(c.URL) {
+			e.Add("url", p, "use nats://[user:password@]host:4222 (or tls://, ws://, wss://), comma-separated for a cluster")
+		}
+	}
 	if c.URL != "" && c.Listen != "" {
 		e.Add("listen", "set together with url", "listen only applies to the embedded server; clear one of them")
 	}

@@ -21,8 +21,12 @@ type Metrics struct {
 	WriteErrors    prometheus.Counter
 }
 
+// dropReasons are the Dropped reasons; each series exists at 0 from start
+// so rate() alerts work before the first loss.
+var dropReasons = []string{"full", "write_error", "too_large", "corrupt"}
+
 func newMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		Bytes:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_bytes", Help: "Bytes of spool segments on disk (bounded by agent.spool.max_bytes)."}),
 		Entries:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_entries", Help: "Batches in the spool waiting to be replayed."}),
 		OldestAge:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_oldest_age_seconds", Help: "Age of the oldest spooled batch (0 when the spool is empty)."}),
@@ -35,6 +39,11 @@ func newMetrics() *Metrics {
 		CorruptBytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_corrupt_bytes_total", Help: "Spool bytes skipped because they held no valid frame."}),
 		WriteErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_write_errors_total", Help: "Failed spool writes or fsyncs (e.g. disk full)."}),
 	}
+	for _, r := range dropReasons {
+		m.Dropped.WithLabelValues(r)
+		m.DroppedRecords.WithLabelValues(r)
+	}
+	return m
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

@@ -1,0 +1,4 @@
+package transport
+
+// Redact exposes redact to the tests.
+var Redact = redact

@@ -62,10 +62,12 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Codec compresses Arrow IPC bodies on the wire: zstd (default), lz4, none.
 	Codec string `yaml:"codec"`
-	// StreamMaxBytes caps TAPFLOW_FLOWS on disk (default 10GiB). When full,
-	// publishes are refused (agents retry) rather than old data discarded.
+	// StreamMaxBytes caps the backlog of TAPFLOW_FLOWS on disk (default
+	// 10GiB): the batches not yet acked by every consumer (interest
+	// retention; acked batches leave the stream). When full, publishes
+	// are refused (agents retry and spool) rather than old data discarded.
 	StreamMaxBytes units.ByteSize `yaml:"stream_max_bytes"`
-	// MetersStreamMaxBytes caps TAPFLOW_METERS on disk (default 1GiB).
+	// MetersStreamMaxBytes caps the backlog of TAPFLOW_METERS (default 1GiB).
 	MetersStreamMaxBytes units.ByteSize `yaml:"meters_stream_max_bytes"`
 	// Replicas is how many copies of each stream (and of the durable
 	// consumers, which inherit it) a NATS cluster keeps: 1, 3 or 5
@@ -78,6 +80,13 @@ type Config struct {
 	PublishTimeout units.Duration `yaml:"publish_timeout"`
 	// CredsFile is a NATS credentials file for an external server (optional).
 	CredsFile string `yaml:"creds_file"`
+
+	// Collector is the collector's durable consumer, which EnsureStreams
+	// creates with the streams (interest retention drops a message
+	// published while no consumer exists). Not a key of its own: config
+	// composition copies it from the `collector:` section, which agents
+	// and collectors share in one file.
+	Collector CollectorConsumer `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults.
@@ -89,6 +98,7 @@ func DefaultConfig() Config {
 		Replicas:             1,
 		DuplicateWindow:      units.Duration(2 * time.Minute),
 		PublishTimeout:       units.Duration(10 * time.Second),
+		Collector:            DefaultCollectorConsumer(),
 	}
 }
 
@@ -320,6 +330,15 @@ func clientOptions(name string, log *slog.Logger) []nats.Option {
 }
 
 // StreamConfigs are the streams tapflow needs, as cfg sizes them.
+//
+// TAPFLOW_FLOWS and TAPFLOW_METERS use interest retention: a message
+// leaves the stream once every consumer on it has acked it, so MaxBytes
+// bounds the backlog (what the collectors have not committed yet), not the
+// total ever published. DiscardNew refuses a publish into a full backlog
+// (the agent retries and spools) instead of silently dropping old batches.
+// Not work-queue retention: it allows only one consumer per subject, which
+// would lock out other subscribers (SubscriberConsumer). TAPFLOW_DLQ keeps
+// limits retention: dead letters stay 14 days whether read or not.
 func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 	replicas := max(cfg.Replicas, 1)
 	metersMax := int64(cfg.MetersStreamMaxBytes)
@@ -331,7 +350,7 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 		Description: "tapflow flow.v1 record batches (Arrow IPC), one message per agent batch",
 		Subjects:    []string{FlowsSubjectRoot + ".>"},
 		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
+		Retention:   jetstream.InterestPolicy,
 		Discard:     jetstream.DiscardNew, // refuse, never silently drop old batches
 		MaxBytes:    int64(cfg.StreamMaxBytes),
 		Duplicates:  cfg.DuplicateWindow.D(),
@@ -341,7 +360,7 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 		Description: "tapflow meter.v1 record batches (Arrow IPC), one message per agent meter batch",
 		Subjects:    []string{MetersSubjectRoot + ".>"},
 		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
+		Retention:   jetstream.InterestPolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    metersMax,
 		Duplicates:  cfg.DuplicateWindow.D(),
@@ -351,6 +370,7 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 		Description: "tapflow messages the collector could not decode, with the reason in headers",
 		Subjects:    []string{"tapflow.dlq.>"},
 		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      14 * 24 * time.Hour,
 		MaxBytes:    1 << 30,
 		Replicas:    replicas,
@@ -358,16 +378,22 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 }
 
 // EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
-// TAPFLOW_DLQ. It is idempotent and retries with backoff while JetStream is
-// unavailable; a configuration the server can never accept (replicas
-// beyond the cluster's size) fails at once with the fix.
+// TAPFLOW_DLQ, and the collector's durable consumers on the first two
+// (cfg.Collector), before any agent publishes: with interest retention a
+// message published while no consumer exists is dropped at once. A stream
+// an older tapflow created with limits retention is migrated to interest
+// in place (logged). It is idempotent and retries with backoff while
+// JetStream is unavailable; a configuration the server can never accept
+// (replicas beyond the cluster's size, a work-queue stream) fails at once
+// with the fix.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
 	streams := StreamConfigs(cfg)
+	consumers := CollectorConsumerConfigs(cfg.Collector)
 	delay := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		var err error
 		for _, sc := range streams {
-			if err = ensureStream(ctx, js, sc); err != nil {
+			if err = ensureStream(ctx, js, sc, consumers[sc.Name], log); err != nil {
 				break
 			}
 		}
@@ -390,14 +416,54 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 // errPermanent marks stream errors that retrying cannot fix.
 var errPermanent = errors.New("permanent")
 
-// ensureStream creates sc or updates the stream to it.
-func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+// ensureStream brings the stream to sc, creating consumer cc (when not
+// nil) before the stream gets interest retention: a new stream is
+// created with limits retention and switched once its consumer exists, so
+// no publish in between is dropped for lack of interest; an existing
+// limits stream is switched the same way (NATS allows limits <-> interest
+// in place, not to or from work queue).
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := js.CreateOrUpdateStream(cctx, sc)
-	if err == nil {
-		return nil
+	var old *jetstream.StreamInfo
+	st, err := js.Stream(cctx, sc.Name)
+	switch {
+	case err == nil:
+		old = st.CachedInfo()
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		first := sc
+		first.Retention = jetstream.LimitsPolicy
+		if _, err := js.CreateStream(cctx, first); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return streamError(sc, err)
+		}
+	default:
+		return fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
+	if old != nil && old.Config.Retention == jetstream.WorkQueuePolicy && sc.Retention != jetstream.WorkQueuePolicy {
+		return fmt.Errorf("stream %s has work-queue retention (%d messages, %d bytes), tapflow needs %s: %w; NATS cannot change retention to or from work queue in place, and work queue allows only one consumer per subject. "+
+			"Stop the agents, let whatever consumes the stream empty it (or back it up: nats stream backup %s <dir>), then run: nats stream rm -f %s; tapflow creates it again at the next start",
+			sc.Name, old.State.Msgs, old.State.Bytes, sc.Retention, errPermanent, sc.Name, sc.Name)
+	}
+	if cc != nil {
+		if _, err := js.CreateOrUpdateConsumer(cctx, sc.Name, *cc); err != nil {
+			return fmt.Errorf("create or update consumer %s on %s: %w", cc.Durable, sc.Name, err)
+		}
+	}
+	upd, err := js.UpdateStream(cctx, sc)
+	if err != nil {
+		return streamError(sc, err)
+	}
+	if info := upd.CachedInfo(); old != nil && old.Config.Retention != sc.Retention {
+		log.Warn("stream retention migrated: messages every consumer has already acked are removed, the rest stay until acked; max_bytes now bounds the backlog, not the total published",
+			"stream", sc.Name, "old", old.Config.Retention.String(), "new", sc.Retention.String(),
+			"messages_before", old.State.Msgs, "messages_after", info.State.Msgs, "bytes_after", info.State.Bytes)
+	}
+	return nil
+}
+
+// streamError wraps a create or update error with the fix when the server
+// can never accept sc.
+func streamError(sc jetstream.StreamConfig, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {

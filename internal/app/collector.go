@@ -6,6 +6,7 @@ import (
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 )
 
@@ -39,5 +40,9 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	if err != nil {
 		return nil, err
 	}
-	return &collector{flows: flows, meters: meters}, nil
+	backlog, err := transport.NewBacklogMonitor(rt.js, cfg.NATS, transport.BacklogOptions{Logger: log, Registry: rt.reg})
+	if err != nil {
+		return nil, err
+	}
+	return &collector{flows: flows, meters: meters, backlog: backlog}, nil
 }

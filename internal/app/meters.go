@@ -12,6 +12,7 @@ import (
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
+	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/publish"
 )
@@ -60,15 +61,18 @@ func runWithMeters(ctx context.Context, flows *pipeline.Runner, meters *pipeline
 	return errors.Join(ferr, merr)
 }
 
-// collector is consume → Parquet for flows and for meters.
+// collector is consume → Parquet for flows and for meters, and the
+// stream backlog gauges.
 type collector struct {
-	flows  *pipeline.Runner
-	meters *pipeline.RunnerOf[schemas.Meter]
+	flows   *pipeline.Runner
+	meters  *pipeline.RunnerOf[schemas.Meter]
+	backlog *transport.BacklogMonitor
 }
 
 // Run runs both pipelines until ctx ends; one failing stops the other.
 func (c *collector) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.backlog.Run(gctx) })
 	g.Go(func() error { return c.flows.Run(gctx) })
 	g.Go(func() error {
 		if err := c.meters.Run(gctx); err != nil {

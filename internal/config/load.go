@@ -17,6 +17,7 @@ import (
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/internal/yamlpath"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Load reads path over the defaults, resolves derived values and validates
@@ -72,6 +73,12 @@ func (c *Config) Resolve() {
 	}
 	if c.Collector.Consumer.AckWait == 0 {
 		c.Collector.Consumer.AckWait = units.Duration(c.Collector.Parquet.RollAge.D() + 2*time.Minute)
+	}
+	// EnsureStreams creates the collector's consumers before agents
+	// publish (interest retention), in agent processes too: they read
+	// the same file.
+	c.NATS.Collector = transport.CollectorConsumer{
+		Durable: c.Collector.Consumer.Durable, AckWait: c.Collector.Consumer.AckWait.D(), MaxAckPending: c.Collector.Consumer.MaxAckPending,
 	}
 }
 

@@ -77,7 +77,7 @@ const (
 // DefaultConfig returns defaults; AckWait is derived from the roll age by
 // the caller when left zero.
 func DefaultConfig() Config {
-	return Config{Durable: "tapflow-collector", MaxAckPending: 20000, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
+	return Config{Durable: transport.DefaultDurable, MaxAckPending: transport.DefaultMaxAckPending, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
 		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
 		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew)}
 }
@@ -166,7 +166,7 @@ var FlowStream = Stream[schemas.Flow]{
 // MeterStream is TAPFLOW_METERS with meter.v1 records; its consumer is
 // "<durable>-meters".
 var MeterStream = Stream[schemas.Meter]{
-	Name: transport.MetersStream, Filter: transport.MetersSubjectRoot + ".>", DLQ: transport.DLQMetersSubject, Suffix: "-meters",
+	Name: transport.MetersStream, Filter: transport.MetersSubjectRoot + ".>", DLQ: transport.DLQMetersSubject, Suffix: transport.MetersDurableSuffix,
 	Decoder: schemas.NewDecoderFor(schemas.MeterTable),
 	Identity: func(r *schemas.Meter) Identity {
 		return Identity{Node: r.Node, AgentID: r.AgentID, BatchSeq: r.BatchSeq, RecordIndex: r.RecordIndex, TimeEnd: r.TimeEnd}
@@ -292,15 +292,10 @@ func (s *SourceOf[T]) Name() string { return "consume" }
 func (s *SourceOf[T]) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := s.js.CreateOrUpdateConsumer(cctx, s.st.Name, jetstream.ConsumerConfig{
-		Durable:       s.durable,
-		Description:   "tapflow collector: Parquet writer, acks after file commit",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.cfg.AckWait.D(),
-		MaxAckPending: s.cfg.MaxAckPending,
-		FilterSubject: s.st.Filter,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	// The same config EnsureStreams creates the consumer with before
+	// agents publish (interest retention).
+	c, err := s.js.CreateOrUpdateConsumer(cctx, s.st.Name,
+		transport.CollectorConsumerConfig(s.durable, s.st.Filter, s.cfg.AckWait.D(), s.cfg.MaxAckPending))
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", s.durable, s.st.Name, err)
 	}

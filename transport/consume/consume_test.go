@@ -150,17 +150,23 @@ func TestCorruptMessageGoesToDLQ(t *testing.T) {
 	if string(m.Data) != "definitely not arrow" || m.Header.Get(transport.HeaderOrigSeq) != "2" || m.Header.Get(transport.HeaderError) == "" {
 		t.Fatalf("dead letter %q headers %v", m.Data, m.Header)
 	}
-	// The corrupt message was terminated: nothing is left for the consumer.
+	// The corrupt message was terminated: nothing is left for the
+	// consumer. The server applies the term asynchronously: poll.
 	c, err := s.JS.Consumer(context.Background(), transport.FlowsStream, consume.DefaultConfig().Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumPending != 0 || info.NumAckPending != 0 {
-		t.Fatalf("consumer still has pending=%d ack_pending=%d", info.NumPending, info.NumAckPending)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := c.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer still has pending=%d ack_pending=%d", info.NumPending, info.NumAckPending)
+		}
 	}
 }
 

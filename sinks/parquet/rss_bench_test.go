@@ -1,0 +1,202 @@
+package parquet
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
+)
+
+const (
+	rssBatch    = 16384 // records per NATS message (agent batch)
+	rssMessages = 320   // 5.2 M records per iteration
+	rssHours    = 8     // every message spans 8 hours: 8 open files
+)
+
+// rssMessagesWire are the wire bodies (Arrow IPC, zstd, as the agent
+// publishes) of 64 distinct messages, each of rssBatch records spread over
+// rssHours hours in time_end order.
+var rssMessagesWire = sync.OnceValue(func() [][]byte {
+	const distinct = 64
+	all := parquettest.Flows(parquettest.Spec{Records: distinct * rssBatch, Span: rssHours*time.Hour - time.Minute})
+	enc, err := schemas.NewEncoder("zstd")
+	if err != nil {
+		panic(err)
+	}
+	out := make([][]byte, distinct)
+	for k := range out {
+		recs := make([]schemas.Flow, 0, rssBatch)
+		for j := k; j < len(all); j += distinct {
+			recs = append(recs, all[j])
+		}
+		for i := range recs {
+			recs[i].AgentID, recs[i].RecordIndex = "agent-bench", int32(i)
+		}
+		if out[k], err = enc.Encode(nil, recs); err != nil {
+			panic(err)
+		}
+	}
+	return out
+})
+
+// rssSource plays the collector's JetStream source: it decodes every
+// message into fresh records (as consume does) and stamps its batch_seq.
+type rssSource struct {
+	msgs  [][]byte
+	n     int
+	acked *atomic.Int64
+	nacks *atomic.Int64
+}
+
+func (s *rssSource) Name() string { return "bench-source" }
+
+func (s *rssSource) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
+	dec := schemas.NewDecoder()
+	for i := range s.n {
+		recs, err := dec.Decode(nil, s.msgs[i%len(s.msgs)])
+		if err != nil {
+			return err
+		}
+		seq := int64(i + 1)
+		for j := range recs {
+			recs[j].BatchSeq = seq
+		}
+		b := pipeline.NewBatch(recs, func(err error) {
+			if err != nil {
+				s.nacks.Add(1)
+			} else {
+				s.acked.Add(1)
+			}
+		})
+		b.Seq = seq
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// BenchmarkCollectorRSS runs the collector's flow pipeline (decode →
+// runner edges of the default capacity 16 → Parquet sink with dedupe) at
+// the default sink config over messages of 16,384 records from one agent,
+// each spanning 8 hours, so 8 files stay open. The feed is not paced: at
+// 200k records/s and more, files roll by size (not age), so what the sink
+// holds between commits is the same as at any paced rate above that.
+//
+// Reported: records/s (wall), records/cpu-s (≈ per core), peak-RSS-MiB
+// (VmHWM of the process, reset before each run via /proc/self/clear_refs)
+// and peak-heap-MiB (live heap objects sampled every 10 ms).
+func BenchmarkCollectorRSS(b *testing.B) {
+	msgs := rssMessagesWire()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var peakRSS, peakHeap uint64
+	var cpu time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		cfg := DefaultConfig()
+		cfg.Output = dir
+		sink, err := New(cfg, Options{Node: "bench", Logger: log, Dedupe: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var acked, nacks atomic.Int64
+		src := &rssSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
+		r, err := pipeline.NewRunner(pipeline.Config{Name: "collector", EdgeCapacity: 16, ShutdownTimeout: time.Minute},
+			src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+		resetPeakRSS(b)
+		stop := make(chan struct{})
+		heapDone := make(chan uint64)
+		go func() { heapDone <- sampleHeapPeak(stop) }()
+		cpu0 := cpuTime()
+		b.StartTimer()
+
+		if err := r.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+
+		b.StopTimer()
+		cpu += cpuTime() - cpu0
+		close(stop)
+		peakHeap = max(peakHeap, <-heapDone)
+		peakRSS = max(peakRSS, vmHWM(b))
+		if acked.Load() != rssMessages || nacks.Load() != 0 {
+			b.Fatalf("acks: %d ok, %d failed; want %d ok", acked.Load(), nacks.Load(), rssMessages)
+		}
+		_ = sink.Close()
+		b.StartTimer()
+	}
+	n := float64(rssMessages * rssBatch * b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(n/cpu.Seconds(), "records/cpu-s")
+	b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
+}
+
+// resetPeakRSS makes VmHWM restart from the current RSS (Linux ≥ 4.0).
+func resetPeakRSS(b *testing.B) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("reset peak RSS: %v", err)
+	}
+}
+
+// vmHWM is the peak resident set size of the process in bytes.
+func vmHWM(b *testing.B) uint64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+// sampleHeapPeak returns the largest live-heap figure seen until stop.
+func sampleHeapPeak(stop <-chan struct{}) uint64 {
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	var peak uint64
+	for {
+		rtmetrics.Read(s)
+		peak = max(peak, s[0].Value.Uint64())
+		select {
+		case <-stop:
+			return peak
+		case <-t.C:
+		}
+	}
+}

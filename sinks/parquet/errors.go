@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+	"time"
 )
 
 // CommitError is how the sink fails the batches it could not make durable:
@@ -56,4 +57,30 @@ func fixFor(err error) string {
 		return "raise the open-file limit (LimitNOFILE) or lower collector.max_open_files"
 	}
 	return "check the disk and the permissions of collector.output"
+}
+
+// ErrTimeOutOfRange is wrapped by a *RangeError.
+var ErrTimeOutOfRange = errors.New("time_end outside the partitions the sink creates")
+
+// RangeError refuses a batch with a record whose time_end lies outside
+// [MinTimeEnd, MaxTimeEnd): no record of the batch is written and no
+// partition created. Redelivery cannot fix it; the collector's source
+// dead-letters such messages by its max_record_age / max_clock_skew checks
+// before they reach the sink.
+type RangeError struct {
+	Seq     int64 // Batch.Seq
+	Index   int   // the first record out of range
+	TimeEnd int64 // its time_end, µs since the epoch
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("batch seq %d: record %d: %v: time_end %d µs (%s) is outside [%s, %s); the batch is not written; fix the clock of the agent that sent it, then replay the message",
+		e.Seq, e.Index, ErrTimeOutOfRange, e.TimeEnd, fmtMicros(e.TimeEnd), MinTimeEnd.Format(time.DateOnly), MaxTimeEnd.Format(time.DateOnly))
+}
+
+func (e *RangeError) Unwrap() error { return ErrTimeOutOfRange }
+
+// fmtMicros renders µs since the epoch as RFC 3339 (UTC), for any int64.
+func fmtMicros(us int64) string {
+	return time.Unix(us/1e6, us%1e6*1e3).UTC().Format(time.RFC3339Nano)
 }

@@ -6,6 +6,7 @@ type metrics struct {
 	files, bytes, rows, commitErrors prometheus.Counter
 	dupRecords, dupPieces            prometheus.Counter
 	uploadRetries                    prometheus.Counter
+	rejected                         prometheus.Counter
 	open                             prometheus.Gauge
 	commitSeconds                    prometheus.Histogram
 }
@@ -37,6 +38,9 @@ func newMetrics(schema string) *metrics {
 		uploadRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tapflow_parquet_upload_retries_total", ConstLabels: l, Help: "Failed uploads of committed files to the object store (retried; acks wait).",
 		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tapflow_parquet_rejected_batches_total", ConstLabels: l, Help: "Batches refused without writing any record: a time_end outside the partitions the sink creates (see MinTimeEnd, MaxTimeEnd).",
+		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "tapflow_parquet_commit_seconds",
 			ConstLabels: l,
@@ -47,5 +51,5 @@ func newMetrics(schema string) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces, m.uploadRetries}
+	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces, m.uploadRetries, m.rejected}
 }

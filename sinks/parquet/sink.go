@@ -164,7 +164,10 @@ type Sink[T any] struct {
 	dedupLog failLog
 	crashAt  int // failpoint: SIGKILL self after this many commits, before acking (0: off)
 	commits  int
-	pieces   map[pieceKey]bool // scratch: pieces of the batch being written → duplicate?
+	pieces   map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
+	seen     map[int64]struct{}   // scratch: hours of the batch being checked
+	cur      *pipeline.BatchOf[T] // the batch being written, not yet in acks
+	rejLog   failLog
 }
 
 // file is one open partition file.
@@ -250,6 +253,7 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 		files:    make(map[int64]*file[T]),
 		bpr:      initialBytesPerRow,
 		syncDirs: make(map[string]struct{}),
+		seen:     make(map[int64]struct{}),
 		wopts: []pq.WriterOption{
 			pq.Compression(codec),
 			pq.KeyValueMetadata(schemas.MetadataKey, schema.Name),
@@ -403,6 +407,10 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		b.Ack(nil) // nothing to make durable
 		return
 	}
+	if err := s.checkHours(b); err != nil {
+		s.reject(b, err)
+		return
+	}
 	if s.ledger != nil {
 		var err error
 		if recs, err = s.dedupe(recs); err != nil {
@@ -421,7 +429,7 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 			// Every record is committed (or in an open file: then wait for
 			// that file's commit before acking).
 			if len(s.files) > 0 {
-				s.acks.Add(b)
+				s.hold(b)
 			} else {
 				b.Ack(nil)
 			}
@@ -449,7 +457,10 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		s.roll("max open files")
 	}
 
-	s.acks.Add(b)
+	// b is not held (acks) until its last record is written: a commit
+	// forced while it is being written (it spans more hours than
+	// MaxOpenFiles) must not ack it; fail acks it with the others.
+	s.cur = b
 	for i := 0; i < len(recs); {
 		h := hourOf(timeEnd(&recs[i]))
 		j := i + 1
@@ -458,6 +469,15 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		}
 		f := s.files[h]
 		if f == nil {
+			if len(s.files) >= s.cfg.MaxOpenFiles {
+				// Commit before opening more: the batch's earlier hours are
+				// durable now (the ledger knows them: a redelivery skips
+				// them); the batch is acked with the commit of its last.
+				s.roll("max open files within a batch")
+				if s.cur == nil {
+					return // the commit failed, and b with it
+				}
+			}
 			var err error
 			if f, err = s.open(h); err != nil {
 				s.fail(err)
@@ -476,12 +496,81 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 		}
 		i = j
 	}
+	s.cur = nil
+	s.hold(b)
 	for _, f := range s.files {
 		if f.estimate(s.bpr) >= int64(s.cfg.RollSize) {
 			s.roll("size")
 			return
 		}
 	}
+}
+
+// hold keeps b's ack until the next commit and lets go of its records:
+// they are in the open files' row groups now, and the ack is all a commit
+// needs. Holding the decoded records until the commit made the collector's
+// memory grow with roll_size × max_open_files (GBs at the defaults).
+func (s *Sink[T]) hold(b *pipeline.BatchOf[T]) {
+	s.acks.Add(b)
+	b.Records = nil
+}
+
+// Partitions the sink creates: time_end in [MinTimeEnd, MaxTimeEnd). A
+// record outside (a clock reset to 1970, a corrupt or hostile time_end
+// such as year −144169) would make a bogus partition directory; the
+// collector's source dead-letters such messages first, and the sink
+// refuses what still gets through.
+var (
+	MinTimeEnd = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTimeEnd = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+var (
+	minHour = hourOf(MinTimeEnd.UnixMicro())
+	maxHour = hourOf(MaxTimeEnd.UnixMicro()) // exclusive
+)
+
+// checkHours refuses a batch with a record outside [MinTimeEnd,
+// MaxTimeEnd), and groups b's records by hour (a stable sort, only when
+// an hour comes back after another) so each hour's records of the batch —
+// one dedupe piece — are written as one run into one file.
+func (s *Sink[T]) checkHours(b *pipeline.BatchOf[T]) error {
+	recs, timeEnd := b.Records, s.schema.TimeEnd
+	clear(s.seen)
+	grouped := true
+	last := int64(math.MinInt64)
+	for i := range recs {
+		us := timeEnd(&recs[i])
+		h := hourOf(us)
+		if h == last {
+			continue
+		}
+		if h < minHour || h >= maxHour {
+			return &RangeError{Seq: b.Seq, Index: i, TimeEnd: us}
+		}
+		if _, ok := s.seen[h]; ok {
+			grouped = false
+		}
+		s.seen[h] = struct{}{}
+		last = h
+	}
+	if !grouped {
+		slices.SortStableFunc(recs, func(a, b T) int { return cmp.Compare(hourOf(timeEnd(&a)), hourOf(timeEnd(&b))) })
+	}
+	return nil
+}
+
+// reject acks b with err (a batch that must not be written at all),
+// counts it and logs it (at most every 30 s, with the count of others).
+func (s *Sink[T]) reject(b *pipeline.BatchOf[T], err error) {
+	s.m.rejected.Inc()
+	if now := time.Now(); now.Sub(s.rejLog.at) > 30*time.Second {
+		s.log.Error("batch refused: not written", "seq", b.Seq, "records", len(b.Records), "err", err, "same_refusals_not_logged", s.rejLog.suppressed)
+		s.rejLog.at, s.rejLog.suppressed = now, 0
+	} else {
+		s.rejLog.suppressed++
+	}
+	b.Ack(fmt.Errorf("parquet sink %s: %w", s.root, err))
 }
 
 // dedupe returns recs without the records whose piece (hour, agent batch)
@@ -689,7 +778,7 @@ func (s *Sink[T]) roll(reason string) {
 				s.ledger.dropOpen()
 			}
 			batches, records := s.acks.Len()
-			s.acks.Ack(err)
+			s.failHeld(err)
 			s.log.Warn("stopped before every committed file was uploaded; they stay staged for the next start", "batches", batches, "records", records, "err", err)
 			return
 		}
@@ -892,7 +981,7 @@ func (s *Sink[T]) abort() {
 func (s *Sink[T]) fail(err error) {
 	s.abort()
 	batches, records := s.acks.Len()
-	s.acks.Ack(err)
+	s.failHeld(err)
 	s.m.commitErrors.Inc()
 	s.fails.failures++
 	key := err.Error()
@@ -908,6 +997,15 @@ func (s *Sink[T]) fail(err error) {
 	s.log.Error("parquet write failed; held batches failed for redelivery", "err", err, "batches", batches,
 		"records", records, "same_failures_not_logged", s.fails.suppressed)
 	s.fails.key, s.fails.at, s.fails.suppressed = key, now, 0
+}
+
+// failHeld acks every batch held, and the one being written, with err.
+func (s *Sink[T]) failHeld(err error) {
+	s.acks.Ack(err)
+	if b := s.cur; b != nil {
+		s.cur = nil
+		b.Ack(err)
+	}
 }
 
 // removeStale removes the temp files of this writer left by a previous

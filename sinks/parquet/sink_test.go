@@ -393,6 +393,10 @@ func TestFailureThenRecovery(t *testing.T) {
 			recs := parquettest.Flows(parquettest.Spec{Records: tc.records, Span: 20 * time.Minute})
 			a := newAcks()
 			bs := a.batches(recs, 1000, 1)
+			orig := make([][]schemas.Flow, len(bs)) // the sink lets go of a batch's records once written
+			for j, b := range bs {
+				orig[j] = b.Records
+			}
 			r := start(t.Context(), e.sink)
 
 			// Send everything; batches fail, some perhaps commit (disk full
@@ -438,7 +442,7 @@ func TestFailureThenRecovery(t *testing.T) {
 			fix()
 			var again []*pipeline.Batch
 			for _, j := range failed {
-				again = append(again, a.batch(bs[j].Seq, bs[j].Records))
+				again = append(again, a.batch(bs[j].Seq, orig[j]))
 			}
 			r.send(again...)
 			r.close(t)

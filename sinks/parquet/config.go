@@ -59,7 +59,8 @@ type Config struct {
 	// RowGroupRows is the number of rows per row group; a row group is
 	// buffered in memory (compressed, ≈40 B/row) until it is full, so this
 	// bounds memory per open file: ≈30 MiB of heap at the default 262144
-	// (≈10 MiB row groups), ≈60 MiB at 1048576.
+	// (≈10 MiB row groups), ≈60 MiB at 1048576. Validate refuses
+	// MaxOpenFiles × RowGroupRows whose MemoryEstimate exceeds MemoryBudget.
 	RowGroupRows int `yaml:"row_group_rows"`
 	// MaxOpenFiles bounds the partitions (hours) open at once, and so the
 	// memory (MaxOpenFiles × the per-file figure above): a batch that would
@@ -112,7 +113,38 @@ func (c Config) Validate() error {
 	if c.MaxOpenFiles < 1 || c.MaxOpenFiles > 1024 {
 		e.Add("max_open_files", fmt.Sprintf("%d is outside [1, 1024]", c.MaxOpenFiles), "use e.g. 8")
 	}
+	if e.Err() == nil {
+		if est := c.MemoryEstimate(); est > MemoryBudget {
+			e.Add("max_open_files", fmt.Sprintf("%d open files × (%s + min(row_group_rows %d × %d B, roll_size %s)) ≈ %s of buffered row groups, above the sink's %s memory budget",
+				c.MaxOpenFiles, units.ByteSize(fileOverhead), c.RowGroupRows, rowGroupBytesPerRow, c.RollSize, units.ByteSize(est), units.ByteSize(MemoryBudget)),
+				"lower collector.row_group_rows (default 262144) or collector.max_open_files (default 8)")
+		}
+	}
 	return e.Err()
+}
+
+// MemoryBudget caps MemoryEstimate: settings above it are refused, since
+// they would let the collector's memory grow with the data (a row group
+// holding whole files, thousands of open files).
+const MemoryBudget = 1 << 30
+
+const (
+	// fileOverhead is the memory of one open file besides its row group:
+	// page buffers (256 KiB per column) and dictionaries.
+	fileOverhead = 16 << 20
+	// rowGroupBytesPerRow is what a buffered row costs until its row group
+	// is flushed (flow.v1 compresses to ≈40 B/row; pages buffered
+	// uncompressed add to it).
+	rowGroupBytesPerRow = 64
+)
+
+// MemoryEstimate is what the open files may buffer at once:
+// MaxOpenFiles × (fileOverhead + the current row group, which a file's
+// roll at RollSize caps). At the defaults: 8 × (16 + 16) MiB = 256 MiB;
+// BenchmarkCollectorRSS measures the whole collector.
+func (c Config) MemoryEstimate() int64 {
+	group := min(int64(c.RowGroupRows)*rowGroupBytesPerRow, int64(c.RollSize))
+	return int64(c.MaxOpenFiles) * (fileOverhead + group)
 }
 
 // IsRemote reports whether output names an object store (s3://…).

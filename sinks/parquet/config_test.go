@@ -40,6 +40,13 @@ func TestValidate(t *testing.T) {
 		{"lz4", func(c *Config) { c.Compression = "lz4" }, []string{"compression"}},
 		{"row groups", func(c *Config) { c.RowGroupRows = 10 }, []string{"row_group_rows"}},
 		{"open files", func(c *Config) { c.MaxOpenFiles = 0 }, []string{"max_open_files"}},
+		// The memory bound: row groups are buffered per open file.
+		{"row groups holding whole 1GiB files", func(c *Config) { c.RowGroupRows, c.RollSize = 64<<20, 1<<30 }, []string{"max_open_files"}},
+		{"1024 open files", func(c *Config) { c.MaxOpenFiles = 1024 }, []string{"max_open_files"}},
+		{"64 open files of 1M-row groups", func(c *Config) { c.MaxOpenFiles, c.RowGroupRows = 64, 1<<20 }, []string{"max_open_files"}},
+		{"16 open files at the defaults", func(c *Config) { c.MaxOpenFiles = 16 }, nil},
+		{"1M-row groups, 8 files", func(c *Config) { c.RowGroupRows = 1 << 20 }, nil},
+		{"huge row groups, small files", func(c *Config) { c.RowGroupRows, c.RollSize = 64<<20, 64<<20 }, nil},
 		{"everything at once", func(c *Config) {
 			*c = Config{}
 		}, []string{"output", "roll_size", "roll_age", "compression", "row_group_rows", "max_open_files"}},

@@ -21,7 +21,12 @@
 // reaches Config.RollSize (estimated as bytes flushed + buffered rows ×
 // measured bytes/row), when the oldest is Config.RollAge old, when a batch
 // would open more than Config.MaxOpenFiles partitions, and when the input
-// closes. A commit writes each file under a temp name in its partition
+// closes. A batch spanning more hours than MaxOpenFiles is grouped by hour
+// and commits the open files before opening more (its earlier hours are
+// committed; it is acked with the commit of its last), so no more than
+// MaxOpenFiles are ever open. A batch with a time_end outside
+// [MinTimeEnd, MaxTimeEnd) is refused whole with a *RangeError: no bogus
+// partition (year −144169) is ever created. A commit writes each file under a temp name in its partition
 // directory (".<writer>@<nonce>-<n>.parquet.tmp": dot-prefixed, so globs
 // such as flows/**/*.parquet never see it), closes it, fsyncs it, renames it,
 // fsyncs the directory, and only then acks every batch held.
@@ -30,9 +35,16 @@
 // ack every held batch with a [*CommitError] naming the path and the fix;
 // the sink logs that once, counts it and keeps running, and the source
 // redelivers. Temp files of this writer left by a crash are removed when Run
-// starts. Memory is bounded by MaxOpenFiles × (one row group, ≈40 B/row
-// compressed, + page buffers and dictionaries): measured ≈30 MiB of heap per
-// open file at the default 262144-row row groups.
+// starts.
+//
+// Memory: records stream into the open files' row groups as batches
+// arrive, and the sink lets go of a batch's records (Batch.Records = nil)
+// once they are written; what waits for the commit is the batch's ack, its
+// identity in the file's metadata lists and per-file counts. So memory is
+// bounded by MaxOpenFiles × (one row group, ≈40 B/row compressed, + page
+// buffers and dictionaries), not by RollSize: measured ≈30 MiB of heap per
+// open file at the default 262144-row row groups (BenchmarkCollectorRSS).
+// Config.Validate refuses settings whose estimate exceeds MemoryBudget.
 //
 // Exactly once (Options.Dedupe, set by the collector): every file also
 // records the agent batches it holds (tapflow.batches = "agent:5-9,12;…").
@@ -52,6 +64,6 @@
 //
 // Metrics: tapflow_parquet_{files_committed_total, bytes_committed_total,
 // rows_committed_total, commit_errors_total, open_files, commit_seconds,
-// duplicate_records_total, duplicate_batches_total}, labelled
-// schema=<schema name>.
+// duplicate_records_total, duplicate_batches_total, rejected_batches_total},
+// labelled schema=<schema name>.
 package parquet

@@ -30,10 +30,11 @@ const (
 )
 
 // rssMessagesWire are the wire bodies (Arrow IPC, zstd, as the agent
-// publishes) of 64 distinct messages, each of rssBatch records spread over
-// rssHours hours in time_end order.
+// publishes) of 8 distinct messages (≈15 MiB in all, part of the RSS
+// measured), each of rssBatch records spread over rssHours hours in
+// time_end order.
 var rssMessagesWire = sync.OnceValue(func() [][]byte {
-	const distinct = 64
+	const distinct = 8
 	all := parquettest.Flows(parquettest.Spec{Records: distinct * rssBatch, Span: rssHours*time.Hour - time.Minute})
 	enc, err := schemas.NewEncoder("zstd")
 	if err != nil {
@@ -95,16 +96,27 @@ func (s *rssSource) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 }
 
 // BenchmarkCollectorRSS runs the collector's flow pipeline (decode →
-// runner edges of the default capacity 16 → Parquet sink with dedupe) at
+// runner edges → Parquet sink with dedupe) at
 // the default sink config over messages of 16,384 records from one agent,
 // each spanning 8 hours, so 8 files stay open. The feed is not paced: at
 // 200k records/s and more, files roll by size (not age), so what the sink
 // holds between commits is the same as at any paced rate above that.
 //
+// edge=16 is the runner's edge capacity the collector uses today
+// (agent.edge_capacity): up to ~35 decoded batches (≈9 MiB each) wait
+// between source and sink. edge=2 shows what a collector-specific small
+// queue would give (JetStream is the collector's buffer).
+//
 // Reported: records/s (wall), records/cpu-s (≈ per core), peak-RSS-MiB
 // (VmHWM of the process, reset before each run via /proc/self/clear_refs)
 // and peak-heap-MiB (live heap objects sampled every 10 ms).
 func BenchmarkCollectorRSS(b *testing.B) {
+	for _, edge := range []int{16, 2} {
+		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge) })
+	}
+}
+
+func benchCollectorRSS(b *testing.B, edge int) {
 	msgs := rssMessagesWire()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var peakRSS, peakHeap uint64
@@ -120,7 +132,7 @@ func BenchmarkCollectorRSS(b *testing.B) {
 		}
 		var acked, nacks atomic.Int64
 		src := &rssSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
-		r, err := pipeline.NewRunner(pipeline.Config{Name: "collector", EdgeCapacity: 16, ShutdownTimeout: time.Minute},
+		r, err := pipeline.NewRunner(pipeline.Config{Name: "collector", EdgeCapacity: edge, ShutdownTimeout: time.Minute},
 			src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log)
 		if err != nil {
 			b.Fatal(err)

@@ -196,7 +196,7 @@ type SourceOf[T any] struct {
 	// roll, a full disk, an S3 outage). Only a dead collector's messages
 	// are redelivered.
 	heldMu     sync.Mutex
-	held       map[uint64]jetstream.Msg
+	held       map[uint64]*ackHandle
 	fullLogged time.Time // last max_ack_pending warning (heartbeat goroutine only)
 }
 
@@ -263,7 +263,7 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	}
 	durable := cfg.Durable + st.Suffix
 	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
-		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]jetstream.Msg{}}
+		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}}
 	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
@@ -400,8 +400,11 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		s.deadLetter(msg, seq, rej.Reason, rej.Err)
 		return
 	}
+	// From here on only the ack handle refers to the message: its payload
+	// is garbage once decoded, though the ack waits for the file commit.
+	h := newAckHandle(s.js.Conn(), msg.Reply())
 	s.heldMu.Lock()
-	s.held[seq] = msg
+	s.held[seq] = h
 	s.m.heldG.Set(float64(len(s.held)))
 	s.heldMu.Unlock()
 	b := pipeline.NewBatchOf(recs, func(err error) {
@@ -410,15 +413,15 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		s.m.heldG.Set(float64(len(s.held)))
 		s.heldMu.Unlock()
 		if err == nil {
-			if aerr := msg.Ack(); aerr != nil {
+			if aerr := h.ack(); aerr != nil {
 				// The file is committed; a lost ack means a redelivery the
 				// collector's dedupe must absorb.
-				s.log.Warn("ack failed after commit", "seq", md.Sequence.Stream, "err", aerr)
+				s.log.Warn("ack failed after commit", "seq", seq, "err", aerr)
 			}
 			return
 		}
 		s.m.naks.Inc()
-		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
+		_ = h.nakWithDelay(s.cfg.NakDelay.D())
 	})
 	b.Seq = int64(md.Sequence.Stream)
 	b.Created = md.Timestamp
@@ -439,7 +442,7 @@ func (s *SourceOf[T]) heartbeat(runDone <-chan struct{}) {
 		case <-t.C:
 		}
 		s.heldMu.Lock()
-		msgs := make([]jetstream.Msg, 0, len(s.held))
+		msgs := make([]*ackHandle, 0, len(s.held))
 		for _, m := range s.held {
 			msgs = append(msgs, m)
 		}
@@ -454,7 +457,7 @@ func (s *SourceOf[T]) heartbeat(runDone <-chan struct{}) {
 				"fix", "raise collector.max_ack_pending above the messages one roll holds (roll_size / bytes per agent batch), or lower collector.roll_size")
 		}
 		for _, m := range msgs {
-			if err := m.InProgress(); err == nil {
+			if err := m.inProgress(); err == nil {
 				s.m.progress.Inc()
 			}
 		}

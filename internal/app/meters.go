@@ -101,6 +101,6 @@ func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Lo
 		return nil, fmt.Errorf("parquet meter sink: %w", err)
 	}
 	return pipeline.NewRunnerOf(pipeline.Config{
-		Name: "collector-meters", EdgeCapacity: cfg.Agent.EdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
+		Name: "collector-meters", EdgeCapacity: collectorEdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
 	}, pipeline.SourceOf[schemas.Meter](src), nil, pipeline.SinkOf[schemas.Meter](sink), rt.pm, log)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -28,6 +30,19 @@ func TestHeldMessagePayloadIsReleased(t *testing.T) {
 		perMessage = 4000 // ~1 MiB each with codec none
 	)
 	s := transporttest.Run(t, "")
+	// A memory stream: the server's share of the heap is then the stored
+	// messages, constant until they are acked, so the heap's growth is
+	// what the collector side keeps (a file stream's block cache loads
+	// and expires under the measurement).
+	ctx0 := context.Background()
+	if err := s.JS.DeleteStream(ctx0, transport.FlowsStream); err != nil {
+		t.Fatal(err)
+	}
+	sc := transport.StreamConfigs(transport.DefaultConfig())[0]
+	sc.Storage, sc.Retention, sc.MaxBytes = jetstream.MemoryStorage, jetstream.LimitsPolicy, 256<<20
+	if _, err := s.JS.CreateStream(ctx0, sc); err != nil {
+		t.Fatal(err)
+	}
 	ncfg := transport.DefaultConfig()
 	ncfg.Codec = "none"
 	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: ncfg, Logger: quiet})

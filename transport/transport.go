@@ -367,7 +367,7 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 		Replicas:    replicas,
 	}, {
 		Name:        DLQStream,
-		Description: "tapflow messages the collector could not decode, with the reason in headers",
+		Description: "tapflow messages the collector refused (decode, size, identity, time), whole, with the reason in headers",
 		Subjects:    []string{"tapflow.dlq.>"},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,

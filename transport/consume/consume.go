@@ -70,6 +70,8 @@ const (
 	DefaultMaxMessageBytes = 64 << 20
 	DefaultMaxRecordAge    = 7 * 24 * time.Hour
 	DefaultMaxClockSkew    = time.Hour
+	maxRecordAgeCap        = 365 * 24 * time.Hour
+	maxClockSkewCap        = 7 * 24 * time.Hour
 	// maxMessageBytesCap is the decoder's hard ceiling.
 	maxMessageBytesCap = 512 << 20
 )
@@ -136,8 +138,18 @@ func (c Config) Validate(rollAge time.Duration) error {
 		e.Add("max_record_age", fmt.Sprintf("%s: too short", c.MaxRecordAge),
 			"use at least 1h (default 168h): it must exceed the longest NATS outage an agent spool bridges, or replayed batches are dead-lettered")
 	}
+	// The upper bounds keep every accepted time_end inside the Parquet
+	// sink's partition range (years 2000..2199): a batch the sink refused
+	// after this check passed would be nacked and redelivered forever
+	// instead of going to the DLQ.
+	if c.MaxRecordAge.D() > maxRecordAgeCap {
+		e.Add("max_record_age", fmt.Sprintf("%s: too long", c.MaxRecordAge), "use at most 8760h (365 days; default 168h)")
+	}
 	if c.MaxClockSkew.D() < time.Second {
 		e.Add("max_clock_skew", fmt.Sprintf("%s: too short", c.MaxClockSkew), "use at least 1s (default 1h)")
+	}
+	if c.MaxClockSkew.D() > maxClockSkewCap {
+		e.Add("max_clock_skew", fmt.Sprintf("%s: too long", c.MaxClockSkew), "use at most 168h (default 1h)")
 	}
 	return e.Err()
 }
@@ -197,7 +209,8 @@ type SourceOf[T any] struct {
 	// are redelivered.
 	heldMu     sync.Mutex
 	held       map[uint64]*ackHandle
-	fullLogged time.Time // last max_ack_pending warning (heartbeat goroutine only)
+	fullLogged time.Time                     // last max_ack_pending warning (heartbeat goroutine only)
+	rejectLog  map[string]*transport.RateLog // one line per reason per 10 s: a hostile flood cannot flood the log
 }
 
 type metrics struct {
@@ -279,7 +292,9 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.rejected, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG)
 	}
+	s.rejectLog = make(map[string]*transport.RateLog, len(Reasons))
 	for _, r := range Reasons {
+		s.rejectLog[r] = new(transport.RateLog)
 		s.m.rejected.WithLabelValues(r) // exist at 0 so rate() alerts work
 	}
 	return s, nil
@@ -473,8 +488,11 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 	if reason == ReasonDecode || reason == ReasonSize {
 		s.m.corrupt.Inc()
 	}
-	s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
-		"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason)
+	if ok, suppressed := s.rejectLog[reason].Allow(10 * time.Second); ok {
+		s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
+			"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
+			"rejections_not_logged", suppressed)
+	}
 	dl := &nats.Msg{Subject: s.st.DLQ, Data: msg.Data(), Header: nats.Header{}}
 	for k, v := range msg.Headers() {
 		// Nats-* are JetStream's own (message id, expected stream…): they

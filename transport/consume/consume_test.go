@@ -206,6 +206,10 @@ func TestConfigValidate(t *testing.T) {
 		{"record age under 1h", func(c *consume.Config) { c.MaxRecordAge = units.Duration(time.Minute) }, false},
 		{"no clock skew", func(c *consume.Config) { c.MaxClockSkew = 0 }, false},
 		{"clock skew 1s", func(c *consume.Config) { c.MaxClockSkew = units.Duration(time.Second) }, true},
+		{"record age 365d", func(c *consume.Config) { c.MaxRecordAge = units.Duration(365 * 24 * time.Hour) }, true},
+		{"record age beyond 365d (outside the sink's years)", func(c *consume.Config) { c.MaxRecordAge = units.Duration(30 * 365 * 24 * time.Hour) }, false},
+		{"clock skew 7d", func(c *consume.Config) { c.MaxClockSkew = units.Duration(7 * 24 * time.Hour) }, true},
+		{"clock skew beyond 7d", func(c *consume.Config) { c.MaxClockSkew = units.Duration(8 * 24 * time.Hour) }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

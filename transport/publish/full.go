@@ -61,7 +61,7 @@ func refusedVec(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 // what to do, at most once per fullLogEvery (the stream size comes from one
 // StreamInfo request per line). action says what happens to the batch.
 func (p *PublisherOf[T]) logStreamFull(id, action string, err error) {
-	ok, suppressed := p.fullLog.allow(fullLogEvery)
+	ok, suppressed := p.fullLog.Allow(fullLogEvery)
 	if !ok {
 		return
 	}

@@ -75,28 +75,10 @@ type PublisherOf[T any] struct {
 	kick     chan struct{} // wakes the replayer
 	replayMu sync.Mutex
 	failing  bool // last replay attempt failed
-	lossLog  rateLog
-	spoolLog rateLog
-	fullLog  rateLog
+	lossLog  transport.RateLog
+	spoolLog transport.RateLog
+	fullLog  transport.RateLog
 	full     atomic.Bool // the last publish attempt found the stream full
-}
-
-// rateLog lets one line through per interval and counts the rest.
-type rateLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (r *rateLog) allow(every time.Duration) (ok bool, suppressed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if time.Since(r.last) < every {
-		r.suppressed++
-		return false, 0
-	}
-	r.last, suppressed, r.suppressed = time.Now(), r.suppressed, 0
-	return true, suppressed
 }
 
 type metrics struct {
@@ -296,7 +278,7 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 		}
 		if errors.Is(err, errStreamFull) {
 			p.logStreamFull(id, "spooled to disk until the stream has room", err)
-		} else if ok, n := p.spoolLog.allow(30 * time.Second); ok {
+		} else if ok, n := p.spoolLog.Allow(30 * time.Second); ok {
 			p.log.Warn("NATS unreachable or slow; spooling batches to disk until it answers", "msg_id", id, "spool", p.sp.Dir(), "err", err, "lines_suppressed", n)
 		}
 	}
@@ -309,7 +291,7 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 		m := p.sp.Metrics()
 		m.Dropped.WithLabelValues(reason).Inc()
 		m.DroppedRecords.WithLabelValues(reason).Add(float64(records))
-		if ok, n := p.lossLog.allow(10 * time.Second); ok {
+		if ok, n := p.lossLog.Allow(10 * time.Second); ok {
 			p.log.Error("batch lost: "+p.failureCause()+" and the spool cannot take it", "msg_id", id, "records", records, "reason", reason,
 				"err", err, "lost_batches_not_logged", n, "fix", "raise agent.spool.max_bytes or free disk space; see tapflow_spool_dropped_records_total")
 		}

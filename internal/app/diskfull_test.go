@@ -130,7 +130,7 @@ func TestDiskFull(t *testing.T) {
 		recs := make([]schemas.Flow, 500)
 		for j := range recs {
 			te := base.Add(time.Duration(i*500+j) * time.Microsecond).UnixMicro()
-			recs[j] = schemas.Flow{TimeStart: te - 10, TimeEnd: te, Bytes: int64(1000 + i*500 + j), Packets: 1, TenantID: "t", Zone: "external", Direction: "tx", SrcIP: "10.0.0.1", DstIP: "192.0.2.7"}
+			recs[j] = schemas.Flow{Node: "cmp1", TimeStart: te - 10, TimeEnd: te, Bytes: int64(1000 + i*500 + j), Packets: 1, TenantID: "t", Zone: "external", Direction: "tx", SrcIP: "10.0.0.1", DstIP: "192.0.2.7"}
 			want++
 			wantBytes += recs[j].Bytes
 		}

@@ -166,7 +166,7 @@ func (p *PublisherOf[T]) Name() string { return p.kind.Name }
 // 16K records per batch one round trip per batch costs ~1 ms, far below the
 // encode cost, and it keeps order and retry logic trivial. Each batch is
 // acked nil once JetStream (or the spool) has it, or with the error when
-// ctx ended first (hard stop) or no batch sequence could be reserved; the
+// ctx ended first (hard stop, no spool) or no batch sequence could be reserved; the
 // latter also stops Run with the error (the runner fails what is left).
 //
 // With a spool, Run opens it first (replaying what a previous run left),
@@ -192,7 +192,12 @@ func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]
 	}
 	var runErr error
 	for b := range in {
-		if ctx.Err() != nil {
+		// A hard stop (ctx ended: shutdown_timeout passed) with a spool
+		// still takes every batch the pipeline hands over: publishing
+		// fails at once and the batch goes to the spool, replayed at the
+		// next start, so a slow shutdown loses nothing. Without a spool
+		// the batch is failed back to the pipeline.
+		if ctx.Err() != nil && p.sp == nil {
 			b.Ack(fmt.Errorf("%s: %w", p.kind.Name, ctx.Err()))
 			continue
 		}

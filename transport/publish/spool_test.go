@@ -40,6 +40,12 @@ type agent struct {
 // over TCP (through whatever sits at url).
 func startAgent(t testing.TB, url, stateDir string, maxBytes units.ByteSize) *agent {
 	t.Helper()
+	return startAgentCtx(t, url, stateDir, maxBytes, func(ctx context.Context) context.Context { return ctx })
+}
+
+// startAgentCtx is startAgent with the publisher's Run context shaped by runCtx.
+func startAgentCtx(t testing.TB, url, stateDir string, maxBytes units.ByteSize, runCtx func(context.Context) context.Context) *agent {
+	t.Helper()
 	cfg := transport.DefaultConfig()
 	cfg.URL = url
 	cfg.PublishTimeout = units.Duration(300 * time.Millisecond)
@@ -62,7 +68,7 @@ func startAgent(t testing.TB, url, stateDir string, maxBytes units.ByteSize) *ag
 		t.Fatal(err)
 	}
 	a := &agent{pub: pub, sp: sp, in: make(chan *pipeline.Batch, 4), done: make(chan error, 1)}
-	go func() { a.done <- pub.Run(context.Background(), a.in) }()
+	go func() { a.done <- pub.Run(runCtx(context.Background()), a.in) }()
 	return a
 }
 
@@ -288,5 +294,36 @@ func BenchmarkSpoolReplayToNATS(b *testing.B) {
 		close(a.in)
 		<-a.done
 		px.Close()
+	}
+}
+
+// TestHardStopSpoolsWhatIsLeft: batches the pipeline still hands over
+// after a hard stop (the sink's context ended at shutdown_timeout) go to
+// the spool instead of failing, and the next start publishes them: a slow
+// graceful stop loses nothing. Without the spool they would be failed.
+func TestHardStopSpoolsWhatIsLeft(t *testing.T) {
+	s := transporttest.Run(t, "")
+	stateDir := t.TempDir()
+	a := startAgentCtx(t, s.ClientURL(), stateDir, 64<<20, func(ctx context.Context) context.Context {
+		c, cancel := context.WithCancel(ctx)
+		cancel() // the hard stop has already happened when the batches arrive
+		return c
+	})
+	a.send(10, 100, 0, 0)
+	a.stop(t)
+	if lost := a.lost.Load(); lost != 0 {
+		t.Fatalf("%d records failed at the hard stop; want them in the spool", lost)
+	}
+	if acked := a.acked.Load(); acked != 1000 {
+		t.Fatalf("%d of 1000 records acked (spooled) at the hard stop", acked)
+	}
+	// The replayer (NATS is up) or the next start publishes them.
+	b := startAgent(t, s.ClientURL(), stateDir, 64<<20)
+	b.stop(t)
+	seen := checkStream(t, readStream(t, s))
+	for i := range int64(1000) {
+		if !seen[i] {
+			t.Fatalf("record %d not in the stream after the restart (%d of 1000 seen)", i, len(seen))
+		}
 	}
 }

@@ -77,14 +77,7 @@ func collect(t *testing.T, s *transporttest.Server, want int, ackErr error) []sc
 			t.Fatalf("got %d records, want %d", len(got), want)
 		}
 	}
-	cancel()
-	go func() {
-		for b := range out {
-			b.Ack(ackErr)
-		}
-	}()
-	<-done
-	close(out)
+	_ = stopSource(cancel, out, done, ackErr)
 	return got
 }
 
@@ -263,14 +256,7 @@ loop:
 	for _, b := range held {
 		b.Ack(nil)
 	}
-	cancel()
-	go func() {
-		for b := range out {
-			b.Ack(nil)
-		}
-	}()
-	<-done
-	close(out)
+	_ = stopSource(cancel, out, done, nil)
 	c, _ := s.JS.Consumer(context.Background(), transport.FlowsStream, cfg.Durable)
 	info, err := c.Info(context.Background())
 	if err != nil {
@@ -279,4 +265,18 @@ loop:
 	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
 		t.Fatalf("ack pending %d, redelivered %d; want 0, 0", info.NumAckPending, info.NumRedelivered)
 	}
+}
+
+// stopSource cancels a running source, acks (with ackErr) whatever it
+// still forwards while stopping, waits for Run and returns its error.
+func stopSource[T any](cancel context.CancelFunc, out chan *pipeline.BatchOf[T], done <-chan error, ackErr error) error {
+	cancel()
+	go func() {
+		for b := range out {
+			b.Ack(ackErr)
+		}
+	}()
+	err := <-done
+	close(out)
+	return err
 }

@@ -120,14 +120,7 @@ func TestHeldMessagePayloadIsReleased(t *testing.T) {
 	for _, b := range held {
 		b.Ack(nil)
 	}
-	cancel()
-	go func() {
-		for b := range out {
-			b.Ack(nil)
-		}
-	}()
-	<-done
-	close(out)
+	_ = stopSource(cancel, out, done, nil)
 	c, err := s.JS.Consumer(context.Background(), transport.FlowsStream, cfg.Durable)
 	if err != nil {
 		t.Fatal(err)

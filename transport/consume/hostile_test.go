@@ -138,16 +138,9 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 			t.Errorf("rejected{reason=%s} = %v, want %d", r, g, want[r])
 		}
 	}
-	cancel()
-	go func() {
-		for b := range out {
-			b.Ack(nil)
-		}
-	}()
-	if err := <-done; err != nil {
+	if err := stopSource(cancel, out, done, nil); err != nil {
 		t.Fatal(err)
 	}
-	close(out)
 	if got != wantRecords {
 		t.Fatalf("good records %d, want %d", got, wantRecords)
 	}

@@ -74,14 +74,7 @@ func collectMeters(t *testing.T, s *transporttest.Server, want int, reg *prometh
 			t.Fatalf("got %d meter records, want %d", len(got), want)
 		}
 	}
-	cancel()
-	go func() {
-		for b := range out {
-			b.Ack(nil)
-		}
-	}()
-	<-done
-	close(out)
+	_ = stopSource(cancel, out, done, nil)
 	return got
 }
 

@@ -19,9 +19,6 @@ import (
 // trying the rest.
 func unregister(ctx context.Context, api *osAPI, reg *Registration, log *slog.Logger) error {
 	var errs []error
-	gone := func(err error) bool {
-		return err == nil || gophercloud.ResponseCodeIs(err, http.StatusNotFound)
-	}
 	// Load balancers first (cascade: listeners, pools, members, amphorae
 	// and their ports), waiting until Octavia has released the VIP port.
 	for _, c := range reg.Created {
@@ -51,29 +48,10 @@ func unregister(ctx context.Context, api *osAPI, reg *Registration, log *slog.Lo
 	}
 	for i := len(reg.Created) - 1; i >= 0; i-- {
 		c := reg.Created[i]
-		var err error
-		switch c.Kind {
-		case "loadbalancer":
+		if c.Kind == "loadbalancer" {
 			continue
-		case "project":
-			err = call(ctx, api.keystone, "DELETE", "projects/"+c.ID, nil, nil, nil, 204)
-		case "network":
-			err = call(ctx, api.neutron, "DELETE", "networks/"+c.ID, nil, nil, nil, 204)
-		case "port":
-			err = call(ctx, api.neutron, "DELETE", "ports/"+c.ID, nil, nil, nil, 204)
-		case "router":
-			err = call(ctx, api.neutron, "DELETE", "routers/"+c.ID, nil, nil, nil, 204)
-		case "router_interface":
-			err = call(ctx, api.neutron, "PUT", "routers/"+c.Parent+"/remove_router_interface", nil, map[string]any{"port_id": c.ID}, nil, 200)
-		case "floatingip":
-			err = call(ctx, api.neutron, "DELETE", "floatingips/"+c.ID, nil, nil, nil, 204)
-		case "flavor":
-			err = call(ctx, api.octavia, "DELETE", "lbaas/flavors/"+c.ID, nil, nil, nil, 204)
-		case "flavorprofile":
-			err = call(ctx, api.octavia, "DELETE", "lbaas/flavorprofiles/"+c.ID, nil, nil, nil, 204)
-		default:
-			err = fmt.Errorf("unknown kind %q", c.Kind)
 		}
+		err := retryDelete(ctx, log, c, func() error { return deleteObject(ctx, api, c) })
 		if !gone(err) {
 			log.Warn("lab down: could not delete an OpenStack object", "kind", c.Kind, "id", c.ID, "name", c.Name, "err", err)
 			errs = append(errs, fmt.Errorf("delete %s %s (%s): %w", c.Kind, c.ID, c.Name, err))
@@ -84,6 +62,77 @@ func unregister(ctx context.Context, api *osAPI, reg *Registration, log *slog.Lo
 	}
 	log.Info("lab down: OpenStack objects deleted", "objects", len(reg.Created))
 	return nil
+}
+
+// gone: the object no longer exists (deleted now or before).
+func gone(err error) bool {
+	return err == nil || gophercloud.ResponseCodeIs(err, http.StatusNotFound)
+}
+
+// Deletes are retried this long on a transient answer.
+const (
+	deleteRetryFor     = 90 * time.Second
+	deleteRetryBackoff = 250 * time.Millisecond
+)
+
+// retryDelete calls del until the object is gone, the answer is not
+// transient, or deleteRetryFor has passed. Transient: a server error
+// (5xx; a loaded Neutron on SQLite answers 500 now and then, CI saw it on
+// DELETE networks) or a conflict (409; Neutron may still be removing a
+// network's ports). A delete is idempotent, so a retry is safe: a 404
+// after a 500 means the first attempt did it.
+func retryDelete(ctx context.Context, log *slog.Logger, c Created, del func() error) error {
+	backoff := deleteRetryBackoff
+	deadline := time.Now().Add(deleteRetryFor)
+	for attempt := 1; ; attempt++ {
+		err := del()
+		if gone(err) || !transientAPIError(err) || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		log.Info("lab down: OpenStack answered with a transient error; retrying", "kind", c.Kind, "id", c.ID,
+			"attempt", attempt, "retry_in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// transientAPIError: an answer worth asking again (5xx or 409).
+func transientAPIError(err error) bool {
+	var e gophercloud.ErrUnexpectedResponseCode
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Actual >= 500 || e.Actual == http.StatusConflict
+}
+
+// deleteObject deletes one object that lab up created.
+func deleteObject(ctx context.Context, api *osAPI, c Created) error {
+	var err error
+	switch c.Kind {
+	case "project":
+		err = call(ctx, api.keystone, "DELETE", "projects/"+c.ID, nil, nil, nil, 204)
+	case "network":
+		err = call(ctx, api.neutron, "DELETE", "networks/"+c.ID, nil, nil, nil, 204)
+	case "port":
+		err = call(ctx, api.neutron, "DELETE", "ports/"+c.ID, nil, nil, nil, 204)
+	case "router":
+		err = call(ctx, api.neutron, "DELETE", "routers/"+c.ID, nil, nil, nil, 204)
+	case "router_interface":
+		err = call(ctx, api.neutron, "PUT", "routers/"+c.Parent+"/remove_router_interface", nil, map[string]any{"port_id": c.ID}, nil, 200)
+	case "floatingip":
+		err = call(ctx, api.neutron, "DELETE", "floatingips/"+c.ID, nil, nil, nil, 204)
+	case "flavor":
+		err = call(ctx, api.octavia, "DELETE", "lbaas/flavors/"+c.ID, nil, nil, nil, 204)
+	case "flavorprofile":
+		err = call(ctx, api.octavia, "DELETE", "lbaas/flavorprofiles/"+c.ID, nil, nil, nil, 204)
+	default:
+		err = fmt.Errorf("unknown kind %q", c.Kind)
+	}
+	return err
 }
 
 // unregisterState deletes the OpenStack objects a lab's state directory

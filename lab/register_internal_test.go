@@ -1,17 +1,22 @@
 package lab
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/vishvananda/netns"
 )
 
@@ -186,5 +191,57 @@ func TestForwardLoopback(t *testing.T) {
 	}()
 	if got := <-done; got != "ping" {
 		t.Errorf("echo through the forwarder = %q, want ping", got)
+	}
+}
+
+// TestUnregisterRetriesTransient: lab down asks again when Neutron
+// answers DELETE with a 500 (CI saw it on a loaded SQLite testbed) or a
+// 409, and gives up at once on an answer that will not change (403).
+// The stand-in answers exactly as neutron-server does at the boundary.
+func TestUnregisterRetriesTransient(t *testing.T) {
+	neutron500 := `{"NeutronError": {"type": "HTTPInternalServerError", "message": "Request Failed: internal server error while processing your request.", "detail": ""}}`
+	tests := []struct {
+		name      string
+		answers   []int // status per attempt; the last one repeats
+		wantErr   bool
+		wantCalls int
+	}{
+		{"500 then deleted", []int{500, 500, 204}, false, 3},
+		{"500 then already gone", []int{500, 404}, false, 2},
+		{"409 while ports go", []int{409, 204}, false, 2},
+		{"403 is not retried", []int{403}, true, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				i := min(calls, len(tc.answers)-1)
+				calls++
+				mu.Unlock()
+				if r.Method != http.MethodDelete || r.URL.Path != "/v2.0/networks/n1" {
+					http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
+					return
+				}
+				code := tc.answers[i]
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(code)
+				if code >= 400 {
+					io.WriteString(w, neutron500)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			pc := &gophercloud.ProviderClient{HTTPClient: *srv.Client()}
+			api := &osAPI{neutron: &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: srv.URL + "/", ResourceBase: srv.URL + "/v2.0/"}}
+			reg := &Registration{Created: []Created{{Kind: "network", ID: "n1", Name: "globex-net"}}}
+			err := unregister(context.Background(), api, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("unregister: err = %v, want error %v", err, tc.wantErr)
+			}
+			if calls != tc.wantCalls {
+				t.Errorf("DELETE calls = %d, want %d", calls, tc.wantCalls)
+			}
+		})
 	}
 }

@@ -8,7 +8,9 @@
 #     them, the seed's table and conservation are checked, down deletes it;
 #   - the contract tests of enrich/provider/openstack (they stop and
 #     restart servers, so they run last).
-# The testbed is stopped (down.sh) whatever happens.
+# The testbed is stopped (down.sh) whatever happens; on a failure the
+# servers' ERROR lines and tracebacks are printed first (the logs go with
+# the temporary directory).
 OPENSTACK_TESTBED := deploy/openstack-testbed
 OPENSTACK_TESTFLAGS ?=
 
@@ -19,7 +21,8 @@ openstack-testbed-install: ## Install the OpenStack testbed's Debian packages (r
 
 test-openstack: openstack-testbed-install ## Register scenario + contract tests against real Keystone/Neutron/Nova/Octavia (root, ~4 min).
 	@set -e; dir=$$(mktemp -d /tmp/tapflow-openstack-XXXXXX); \
-	trap '$(OPENSTACK_TESTBED)/down.sh "'"$$dir"'" >/dev/null 2>&1 || true; [ -n "$$TAPFLOW_OPENSTACK_KEEP" ] || rm -rf "'"$$dir"'"' EXIT; \
+	trap 'rc=$$?; if [ $$rc -ne 0 ]; then echo "==> server-side errors in the testbed logs (last 80 lines)"; grep -h -A12 -E " ERROR |Traceback" "'"$$dir"'"/log/*.log 2>/dev/null | tail -80; fi; \
+		$(OPENSTACK_TESTBED)/down.sh "'"$$dir"'" >/dev/null 2>&1 || true; [ -n "$$TAPFLOW_OPENSTACK_KEEP" ] || rm -rf "'"$$dir"'"' EXIT; \
 	$(OPENSTACK_TESTBED)/up.sh "$$dir"; \
 	echo "==> lab up --register against the testbed"; \
 	TAPFLOW_OPENSTACK_STATE="$$dir" $(GO) test -race -count=1 -timeout 15m -run 'TestRegister' $(OPENSTACK_TESTFLAGS) ./lab/; \

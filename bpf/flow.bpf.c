@@ -371,46 +371,67 @@ static __always_inline void drain(const union fkey *k, bool v6,
 	emit(k, v6, b, p, first, last, f, reason, m);
 }
 
-static __always_inline void account(void *map, union fkey *k, bool v6,
-				    __u64 len, __u32 flags, struct meter *m)
+/* table_add adds pkts packets / bytes seen in [first, last] to the flow's
+ * table entry (inserting it), and exports it when end is set (FIN/RST) or
+ * its active timeout passed. */
+static __always_inline void table_add(void *map, const union fkey *k, bool v6,
+				      __u64 bytes, __u64 pkts, __u64 first,
+				      __u64 last, __u32 flags, __u8 end,
+				      struct meter *m)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
-	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
 	struct flow_ent *v = bpf_map_lookup_elem(map, k);
 
 	if (!v) {
 		if (end) {
-			/* A flow that starts and ends with this packet. */
-			emit(k, v6, len, 1, now, now, flags, end, m);
+			/* A flow that starts and ends here. */
+			emit(k, v6, bytes, pkts, first, last, flags, end, m);
 			return;
 		}
 		struct flow_ent nv = {
-			.count = (1ULL << FLOW_COUNT_PKT_SHIFT) | len,
-			.first_ns = now,
-			.last_ns = now,
+			.bytes = bytes,
+			.packets = pkts,
+			.first_ns = first,
+			.last_ns = last,
 			.tcp_flags = flags,
 		};
+		if ((__s64)(last - first) >= (__s64)active_timeout_ns) {
+			/* A cache slot as old as the active timeout: export it,
+			 * the entry starts empty (as after an export below). */
+			emit(k, v6, bytes, pkts, first, last, flags,
+			     END_ACTIVE_TIMEOUT, m);
+			nv.bytes = 0;
+			nv.packets = 0;
+			nv.tcp_flags = 0;
+			nv.first_ns = last;
+		}
 		long err = bpf_map_update_elem(map, k, &nv, BPF_NOEXIST);
 		if (!err)
 			return;
 		if (err != -EEXIST) {
 			m->failed_updates++;
-			emit(k, v6, len, 1, now, now, flags, END_OVERFLOW, m);
+			emit(k, v6, bytes, pkts, first, last, flags, END_OVERFLOW, m);
 			return;
 		}
 		/* Another CPU inserted it first. */
 		v = bpf_map_lookup_elem(map, k);
 		if (!v) {
-			emit(k, v6, len, 1, now, now, flags, END_OVERFLOW, m);
+			emit(k, v6, bytes, pkts, first, last, flags, END_OVERFLOW, m);
 			return;
 		}
 	}
 
-	__u64 inc = (1ULL << FLOW_COUNT_PKT_SHIFT) | len;
-	if ((__sync_fetch_and_add(&v->count, inc) + inc) & FLOW_COUNT_SPILL)
-		spill(v);
-	if (v->last_ns != now)
-		v->last_ns = now;
+	if (pkts == 1) {
+		__u64 inc = (1ULL << FLOW_COUNT_PKT_SHIFT) | bytes;
+		if ((__sync_fetch_and_add(&v->count, inc) + inc) & FLOW_COUNT_SPILL)
+			spill(v);
+	} else {
+		/* A merged cache slot: any size, straight into the 64-bit
+		 * counters. */
+		__sync_fetch_and_add(&v->bytes, bytes);
+		__sync_fetch_and_add(&v->packets, pkts);
+	}
+	if ((__s64)(last - v->last_ns) > 0)
+		v->last_ns = last;
 	if (flags & ~v->tcp_flags)
 		__sync_fetch_and_or(&v->tcp_flags, flags);
 
@@ -418,27 +439,163 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 	if (dead) {
 		/* An exporter claimed the entry; it may have taken its counters
 		 * before our add: export what is left ourselves. */
-		drain(k, v6, v, now, dead, m);
+		drain(k, v6, v, last, dead, m);
 		return;
 	}
 	if (end) {
 		if (__atomic_exchange_n(&v->dead, end, __ATOMIC_SEQ_CST)) {
-			drain(k, v6, v, now, end, m);
+			drain(k, v6, v, last, end, m);
 			return;
 		}
-		drain(k, v6, v, now, end, m);
+		drain(k, v6, v, last, end, m);
 		bpf_map_delete_elem(map, k);
 		return;
 	}
-	__u64 first = v->first_ns;
-	if ((__s64)(now - first) >= (__s64)active_timeout_ns &&
-	    __sync_val_compare_and_swap(&v->first_ns, first, now) == first) {
+	__u64 f0 = v->first_ns;
+	if ((__s64)(last - f0) >= (__s64)active_timeout_ns &&
+	    __sync_val_compare_and_swap(&v->first_ns, f0, last) == f0) {
 		__u64 b, p;
 		__u32 f;
 
 		take(v, &b, &p, &f);
-		emit(k, v6, b, p, first, now, f, END_ACTIVE_TIMEOUT, m);
+		emit(k, v6, b, p, f0, last, f, END_ACTIVE_TIMEOUT, m);
 	}
+}
+
+/* The per-CPU flow cache: a direct-mapped array of flow_cent per CPU, in
+ * two generations. caches[0] is the generation the packet path uses;
+ * caches[1] the one the flush program merges. Userspace flips them with
+ * map updates, and an update of an array of maps returns only after every
+ * running program is done (synchronize_rcu): a generation is never written
+ * by a packet and read by the flush at once. Sizes are placeholders: the
+ * loader sets them. */
+struct flow_cache {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct flow_cent);
+};
+
+struct flow_cache cache0 SEC(".maps");
+struct flow_cache cache1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct flow_cache);
+} caches SEC(".maps") = {
+	.values = {[0] = &cache0, [1] = &cache1},
+};
+
+/* Set by the loader: cache slots per CPU − 1 (a power of two − 1), and
+ * cache_off to send every packet to the table (tests, ablation; the
+ * verifier prunes the branch it never takes). */
+volatile const __u32 cache_mask = 1023;
+volatile const __u8 cache_off = 0;
+
+/* Keeps struct flow_cent in BTF for bpf2go. */
+const struct flow_cent *const flow_cent_btf = 0;
+
+#define HMUL 0x9E3779B97F4A7C15ULL
+
+static __always_inline __u32 cache_slot(const __u64 *w, bool v6)
+{
+	/* Fold to 32 bits, then one multiply (Fibonacci hashing: bits 32..47
+	 * of the product depend on every folded bit). A collision only costs
+	 * a merge. */
+	__u64 h = w[0] ^ w[1] ^ w[2] ^ w[3];
+	if (v6)
+		h ^= w[4] ^ w[5] ^ w[6];
+	h = (__u32)(h ^ (h >> 32)) * HMUL;
+	return (__u32)(h >> 32) & cache_mask;
+}
+
+static __always_inline bool cent_is(const struct flow_cent *c, const __u64 *w,
+				    bool v6)
+{
+	const __u64 *ck = (const __u64 *)c->key;
+
+	if (c->kind != (v6 ? CENT_V6 : CENT_V4))
+		return false;
+	if (ck[0] != w[0] || ck[1] != w[1] || ck[2] != w[2] || ck[3] != w[3])
+		return false;
+	if (v6 && (ck[4] != w[4] || ck[5] != w[5] || ck[6] != w[6]))
+		return false;
+	return true;
+}
+
+/* cent_merge moves a slot into the flow table and empties it. */
+static __always_inline void cent_merge(struct flow_cent *c, struct meter *m)
+{
+	const union fkey *k = (const union fkey *)c->key;
+
+	/* One call site per table, kept apart (see meter_for): a lookup of
+	 * a map chosen by a branch is not inlined. */
+	if (c->kind == CENT_V6) {
+		table_add(&flows6, k, true, c->bytes, c->packets, c->first_ns,
+			  c->last_ns, c->tcp_flags, 0, m);
+	} else {
+		asm volatile("" ::: "memory");
+		table_add(&flows4, k, false, c->bytes, c->packets, c->first_ns,
+			  c->last_ns, c->tcp_flags, 0, m);
+	}
+	c->kind = CENT_EMPTY;
+}
+
+static __always_inline void account(void *map, union fkey *k, bool v6,
+				    __u64 len, __u32 flags, struct meter *m)
+{
+	__u64 now = bpf_ktime_get_coarse_ns();
+	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
+	const __u64 *w = (const __u64 *)k;
+	__u32 z = 0;
+	void *cache = cache_off ? 0 : bpf_map_lookup_elem(&caches, &z);
+
+	if (!cache) {
+		table_add(map, k, v6, len, 1, now, now, flags, end, m);
+		return;
+	}
+	__u32 slot = cache_slot(w, v6);
+	struct flow_cent *c = bpf_map_lookup_elem(cache, &slot);
+	if (!c) {
+		table_add(map, k, v6, len, 1, now, now, flags, end, m);
+		return;
+	}
+	if (cent_is(c, w, v6)) {
+		if (!end && (__s64)(now - c->first_ns) < (__s64)active_timeout_ns) {
+			/* The hit: plain adds, this CPU's slot. */
+			c->bytes += len;
+			c->packets++;
+			c->last_ns = now;
+			c->tcp_flags |= flags;
+			return;
+		}
+		/* FIN/RST or active timeout: the slot and this packet go to
+		 * the table, which exports. */
+		c->kind = CENT_EMPTY;
+		table_add(map, k, v6, c->bytes + len, c->packets + 1,
+			  c->first_ns, now, c->tcp_flags | flags, end, m);
+		return;
+	}
+	if (end || (c->kind != CENT_EMPTY && c->last_ns == now)) {
+		/* A closing packet, or the slot is busy this tick: leave it
+		 * and count this packet in the table. */
+		table_add(map, k, v6, len, 1, now, now, flags, end, m);
+		return;
+	}
+	if (c->kind != CENT_EMPTY)
+		cent_merge(c, m);
+	__builtin_memcpy(c->key, k, v6 ? sizeof(struct flow_key6) : sizeof(struct flow_key4));
+	if (!v6)
+		__builtin_memset(c->key + sizeof(struct flow_key4), 0,
+				 sizeof(c->key) - sizeof(struct flow_key4));
+	c->bytes = len;
+	c->packets = 1;
+	c->first_ns = now;
+	c->last_ns = now;
+	c->tcp_flags = flags;
+	c->kind = v6 ? CENT_V6 : CENT_V4;
 }
 
 static __always_inline int handle(struct __sk_buff *skb, __u32 dir)
@@ -594,6 +751,67 @@ int sweep(struct sweep_args *a)
 	a->scanned = c.scanned;
 	a->exported = c.exported;
 	a->deleted = c.deleted;
+	a->deferred = c.deferred;
+	return 0;
+}
+
+/* Room the flush keeps in the ring for the records a merge may submit. */
+#define FLUSH_RING_ROOM (16 * (sizeof(struct flow_record) + 8))
+
+struct flush_ctx {
+	__u32 start;
+	__u32 slots;
+	__u32 next;
+	__u32 merged;
+	__u32 deferred;
+};
+
+static long flush_one(__u64 i, struct flush_ctx *c)
+{
+	__u32 pos = c->start + (__u32)i;
+	__u32 cpu = pos / c->slots;
+	__u32 slot = pos % c->slots;
+	__u32 one = 1;
+	void *cache = bpf_map_lookup_elem(&caches, &one);
+
+	c->next = pos;
+	if (!cache)
+		return 1;
+	struct flow_cent *e = bpf_map_lookup_percpu_elem(cache, &slot, cpu);
+	if (!e || e->kind == CENT_EMPTY)
+		return 0;
+	__u64 size = bpf_ringbuf_query(&records, BPF_RB_RING_SIZE);
+	__u64 used = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA);
+	if (used + FLUSH_RING_ROOM > size) {
+		c->deferred = 1;
+		return 1;
+	}
+	const struct flow_key4 *k = (const struct flow_key4 *)e->key;
+	struct meter *m = meter_for(k->ifindex, k->direction & 1);
+	if (!m)
+		return 0; /* not reached: slot 0 always exists */
+	cent_merge(e, m);
+	c->merged++;
+	return 0;
+}
+
+/* flush merges every slot of the cache generation in caches[1] into the
+ * flow tables. Run by userspace (BPF_PROG_TEST_RUN) after a flip; the
+ * context is struct flush_args. */
+SEC("syscall")
+int flush(struct flush_args *a)
+{
+	struct flush_ctx c = {
+		.start = a->start,
+		.slots = cache_mask + 1,
+	};
+	__u32 end = a->end;
+	__u32 n = end > c.start ? end - c.start : 0;
+
+	c.next = c.start;
+	bpf_loop(n, flush_one, &c, 0);
+	a->next = c.deferred ? c.next : end;
+	a->merged = c.merged;
 	a->deferred = c.deferred;
 	return 0;
 }

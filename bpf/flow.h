@@ -147,6 +147,36 @@ struct sweep_args {
 	__u32 deferred;    /* out: 1 when the ring buffer was full: run again */
 };
 
+/* Per-CPU flow cache slot: 128 bytes (two cache lines; a v4 hit touches
+ * only the first). The packet path adds to the slot of its CPU with plain
+ * adds; the slot is merged into the flow table on conflict, on FIN/RST, at
+ * the active timeout and by the flush program after a generation flip. */
+struct flow_cent {
+	__u64 bytes;
+	__u64 packets;
+	__u64 last_ns;
+	__u32 tcp_flags;
+	__u32 kind;      /* 0 empty, 1 IPv4 (key is a flow_key4), 2 IPv6 */
+	__u8 key[56];    /* struct flow_key4 (32 bytes, rest 0) or flow_key6 */
+	__u64 first_ns;
+	__u64 _pad[4];
+};
+
+#define CENT_EMPTY 0
+#define CENT_V4 1
+#define CENT_V6 2
+
+/* Context of the flush program: merges the flow cache generation that is
+ * no longer current (outer slot 1) into the flow tables. */
+struct flush_args {
+	__u32 start;  /* in: first position (cpu * slots + slot) to visit */
+	__u32 end;    /* in: one past the last position (possible CPUs * slots) */
+	__u32 next;   /* out: where to resume when deferred */
+	__u32 merged; /* out: slots merged into the tables */
+	__u32 deferred; /* out: 1 when the ring buffer ran low: drain, run again */
+	__u32 _pad;
+};
+
 /* Fixed sizes that are not configuration. */
 #define IFSLOT_ARRAY_MAX 65536 /* ifindex below this: array lookup */
 

@@ -13,6 +13,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type flowFlowCent struct {
+	_        structs.HostLayout
+	Bytes    uint64
+	Packets  uint64
+	LastNs   uint64
+	TcpFlags uint32
+	Kind     uint32
+	Key      [56]uint8
+	FirstNs  uint64
+	Pad      [4]uint64
+}
+
 type flowFlowEnt struct {
 	_        structs.HostLayout
 	Count    uint64
@@ -86,6 +98,16 @@ type flowFlowVal struct {
 	Dead     uint32
 }
 
+type flowFlushArgs struct {
+	_        structs.HostLayout
+	Start    uint32
+	End      uint32
+	Next     uint32
+	Merged   uint32
+	Deferred uint32
+	Pad      uint32
+}
+
 type flowMeter struct {
 	_              structs.HostLayout
 	Packets        uint64
@@ -114,17 +136,24 @@ type flowSweepArgs struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	flowMapCache0          = "cache0"
+	flowMapCache1          = "cache1"
+	flowMapCaches          = "caches"
 	flowMapFlows4          = "flows4"
 	flowMapFlows6          = "flows6"
 	flowMapIfSlots         = "if_slots"
 	flowMapIfSlotsBig      = "if_slots_big"
 	flowMapMeters          = "meters"
 	flowMapRecords         = "records"
+	flowProgFlush          = "flush"
 	flowProgSweep          = "sweep"
 	flowProgTcEgress       = "tc_egress"
 	flowProgTcEmpty        = "tc_empty"
 	flowProgTcIngress      = "tc_ingress"
 	flowVarActiveTimeoutNs = "active_timeout_ns"
+	flowVarCacheMask       = "cache_mask"
+	flowVarCacheOff        = "cache_off"
+	flowVarFlowCentBtf     = "flow_cent_btf"
 	flowVarFlowRecordBtf   = "flow_record_btf"
 )
 
@@ -170,6 +199,7 @@ type flowSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowProgramSpecs struct {
+	Flush     *ebpf.ProgramSpec `ebpf:"flush"`
 	Sweep     *ebpf.ProgramSpec `ebpf:"sweep"`
 	TcEgress  *ebpf.ProgramSpec `ebpf:"tc_egress"`
 	TcEmpty   *ebpf.ProgramSpec `ebpf:"tc_empty"`
@@ -180,6 +210,9 @@ type flowProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowMapSpecs struct {
+	Cache0     *ebpf.MapSpec `ebpf:"cache0"`
+	Cache1     *ebpf.MapSpec `ebpf:"cache1"`
+	Caches     *ebpf.MapSpec `ebpf:"caches"`
 	Flows4     *ebpf.MapSpec `ebpf:"flows4"`
 	Flows6     *ebpf.MapSpec `ebpf:"flows6"`
 	IfSlots    *ebpf.MapSpec `ebpf:"if_slots"`
@@ -193,6 +226,9 @@ type flowMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowVariableSpecs struct {
 	ActiveTimeoutNs *ebpf.VariableSpec `ebpf:"active_timeout_ns"`
+	CacheMask       *ebpf.VariableSpec `ebpf:"cache_mask"`
+	CacheOff        *ebpf.VariableSpec `ebpf:"cache_off"`
+	FlowCentBtf     *ebpf.VariableSpec `ebpf:"flow_cent_btf"`
 	FlowRecordBtf   *ebpf.VariableSpec `ebpf:"flow_record_btf"`
 }
 
@@ -216,6 +252,9 @@ func (o *flowObjects) Close() error {
 //
 // It can be passed to loadFlowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowMaps struct {
+	Cache0     *ebpf.Map `ebpf:"cache0"`
+	Cache1     *ebpf.Map `ebpf:"cache1"`
+	Caches     *ebpf.Map `ebpf:"caches"`
 	Flows4     *ebpf.Map `ebpf:"flows4"`
 	Flows6     *ebpf.Map `ebpf:"flows6"`
 	IfSlots    *ebpf.Map `ebpf:"if_slots"`
@@ -226,6 +265,9 @@ type flowMaps struct {
 
 func (m *flowMaps) Close() error {
 	return _FlowClose(
+		m.Cache0,
+		m.Cache1,
+		m.Caches,
 		m.Flows4,
 		m.Flows6,
 		m.IfSlots,
@@ -240,6 +282,9 @@ func (m *flowMaps) Close() error {
 // It can be passed to loadFlowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowVariables struct {
 	ActiveTimeoutNs *ebpf.Variable `ebpf:"active_timeout_ns"`
+	CacheMask       *ebpf.Variable `ebpf:"cache_mask"`
+	CacheOff        *ebpf.Variable `ebpf:"cache_off"`
+	FlowCentBtf     *ebpf.Variable `ebpf:"flow_cent_btf"`
 	FlowRecordBtf   *ebpf.Variable `ebpf:"flow_record_btf"`
 }
 
@@ -247,6 +292,7 @@ type flowVariables struct {
 //
 // It can be passed to loadFlowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowPrograms struct {
+	Flush     *ebpf.Program `ebpf:"flush"`
 	Sweep     *ebpf.Program `ebpf:"sweep"`
 	TcEgress  *ebpf.Program `ebpf:"tc_egress"`
 	TcEmpty   *ebpf.Program `ebpf:"tc_empty"`
@@ -255,6 +301,7 @@ type flowPrograms struct {
 
 func (p *flowPrograms) Close() error {
 	return _FlowClose(
+		p.Flush,
 		p.Sweep,
 		p.TcEgress,
 		p.TcEmpty,

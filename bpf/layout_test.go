@@ -30,6 +30,8 @@ func TestLayout(t *testing.T) {
 		{"flow_record", reflect.TypeOf(FlowRecord{}), 104},
 		{"meter", reflect.TypeOf(Meter{}), 64},
 		{"sweep_args", reflect.TypeOf(SweepArgs{}), 40},
+		{"flow_cent", reflect.TypeOf(FlowCent{}), 128},
+		{"flush_args", reflect.TypeOf(FlushArgs{}), 24},
 	} {
 		t.Run(tc.c, func(t *testing.T) {
 			var s *btf.Struct

@@ -33,6 +33,10 @@ type (
 	Meter = flowMeter
 	// SweepArgs is struct sweep_args, the sweep program's context.
 	SweepArgs = flowSweepArgs
+	// FlowCent is struct flow_cent, one slot of the per-CPU flow cache.
+	FlowCent = flowFlowCent
+	// FlushArgs is struct flush_args, the flush program's context.
+	FlushArgs = flowFlushArgs
 )
 
 // Sizes of the kernel structs, checked against the C layout by tests.
@@ -94,6 +98,28 @@ type Spec struct {
 	RingBytes     uint32        // ring buffer bytes: a power of two ≥ page size
 	Interfaces    uint32        // meter slots (interfaces watched at once)
 	ActiveTimeout time.Duration // export long flows at least this often
+	CacheSlots    uint32        // per-CPU flow-cache slots per generation: a power of two; 0 = DefaultCacheSlots
+	NoCache       bool          // every packet goes to the flow table (tests and benchmarks)
+}
+
+// DefaultCacheSlots is the per-CPU flow cache's size (slots per CPU per
+// generation; two generations, 128 B a slot: 256 KiB per CPU).
+const DefaultCacheSlots = 1024
+
+// flowCentBytes is the size of one cache slot (struct flow_cent).
+const flowCentBytes = int64(unsafe.Sizeof(FlowCent{}))
+
+func (s Spec) cacheSlots() uint32 {
+	if s.CacheSlots == 0 {
+		return DefaultCacheSlots
+	}
+	return s.CacheSlots
+}
+
+// CacheBytes is the memory of the flow cache: two generations of
+// CacheSlots slots for each of cpus CPUs.
+func (s Spec) CacheBytes(cpus int) int64 {
+	return 2 * int64(s.cacheSlots()) * flowCentBytes * int64(max(cpus, 1))
 }
 
 // Per-entry cost of the flow tables, from the kernel's htab layout:
@@ -118,8 +144,8 @@ func (s Spec) flow6Entries() uint32 { return max(1, s.FlowEntries/flow6Share) }
 
 // SpecFor derives sizes from a memory budget: a quarter (at most 64 MiB,
 // at least 256 KiB per CPU) goes to the ring buffer, the meters take
-// (interfaces+1)·2·64 B per CPU, and the rest is flow table (IPv4, and an
-// IPv6 table a quarter its size).
+// (interfaces+1)·2·64 B per CPU, the flow cache 256 KiB per CPU, and the
+// rest is flow table (IPv4, and an IPv6 table a quarter its size).
 func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, error) {
 	if cpus < 1 {
 		cpus = 1
@@ -136,11 +162,12 @@ func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, er
 	for ring < minRing {
 		ring <<= 1
 	}
-	rest := budget - ring - meterBytes
+	cacheBytes := Spec{}.CacheBytes(cpus)
+	rest := budget - ring - meterBytes - cacheBytes
 	entries := rest / flowEntryBytes
 	if entries < 64 {
-		return Spec{}, fmt.Errorf("memory budget %d B leaves %d B for the flow table after a %d B ring buffer and %d B of meters: raise it to at least %d B",
-			budget, rest, ring, meterBytes, ring+meterBytes+64*flowEntryBytes)
+		return Spec{}, fmt.Errorf("memory budget %d B leaves %d B for the flow table after a %d B ring buffer, %d B of meters and a %d B flow cache: raise it to at least %d B",
+			budget, rest, ring, meterBytes, cacheBytes, ring+meterBytes+cacheBytes+64*flowEntryBytes)
 	}
 	if entries > 1<<26 {
 		entries = 1 << 26
@@ -161,6 +188,9 @@ func (s Spec) Validate() error {
 	if s.Interfaces < 1 || s.Interfaces > 1<<20 {
 		errs = append(errs, fmt.Errorf("interfaces %d must be in [1, %d]", s.Interfaces, 1<<20))
 	}
+	if c := s.CacheSlots; c != 0 && (c&(c-1) != 0 || c > 1<<16) {
+		errs = append(errs, fmt.Errorf("flow cache slots %d must be a power of two ≤ 65536", c))
+	}
 	if s.ActiveTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("active timeout %s must be ≥ 1s", s.ActiveTimeout))
 	}
@@ -173,6 +203,14 @@ type Objects struct {
 	objs  flowObjects
 	ncpu  int
 	meter []Meter // scratch for per-CPU lookups
+
+	// Flow-cache generations: cur is in caches[0] (packet path), the other
+	// in caches[1] (flush). flushPos > 0 or flushing: the other generation
+	// still holds slots from flushPos on; it must be empty before a flip.
+	cur      int
+	flushing bool
+	flushPos uint32
+	cent     []FlowCent // scratch for per-CPU lookups
 }
 
 // Load checks the kernel, sizes the maps from s and loads everything. It
@@ -196,8 +234,20 @@ func Load(s Spec) (*Objects, error) {
 	spec.Maps[flowMapRecords].MaxEntries = s.RingBytes
 	spec.Maps[flowMapMeters].MaxEntries = (s.Interfaces + 1) * 2
 	spec.Maps[flowMapIfSlotsBig].MaxEntries = s.Interfaces
+	slots := s.cacheSlots()
+	spec.Maps[flowMapCache0].MaxEntries = slots
+	spec.Maps[flowMapCache1].MaxEntries = slots
+	spec.Maps[flowMapCaches].InnerMap.MaxEntries = slots
 	if err := spec.Variables[flowVarActiveTimeoutNs].Set(uint64(s.ActiveTimeout)); err != nil {
 		return nil, fmt.Errorf("set active_timeout_ns: %w", err)
+	}
+	if err := spec.Variables[flowVarCacheMask].Set(slots - 1); err != nil {
+		return nil, fmt.Errorf("set cache_mask: %w", err)
+	}
+	if s.NoCache {
+		if err := spec.Variables[flowVarCacheOff].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set cache_off: %w", err)
+		}
 	}
 	o := &Objects{spec: s}
 	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
@@ -214,6 +264,7 @@ func Load(s Spec) (*Objects, error) {
 	}
 	o.ncpu = n
 	o.meter = make([]Meter, n)
+	o.cent = make([]FlowCent, n)
 	return o, nil
 }
 
@@ -271,8 +322,10 @@ func (k *FlowKey6) Key() FlowKey {
 		SrcIp: k.SrcIp, DstIp: k.DstIp}
 }
 
-// Flows lists the live entries of both flow tables (IPv4 first). For tests
-// and debugging: it walks the tables from userspace, not atomically.
+// Flows lists the live entries of both flow tables (IPv4 first), with what
+// the per-CPU flow caches hold for them added in (flows only in a cache
+// follow). For tests and debugging: it walks the maps from userspace, not
+// atomically.
 func (o *Objects) Flows() ([]FlowEntry, error) {
 	var out []FlowEntry
 	var v FlowEnt
@@ -292,7 +345,103 @@ func (o *Objects) Flows() ([]FlowEntry, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterate IPv6 flows: %w", err)
 	}
-	return out, nil
+	at := make(map[FlowKey]int, len(out))
+	for i := range out {
+		at[out[i].Key] = i
+	}
+	err := o.cacheSlots(func(c *FlowCent) {
+		k := c.FlowKey()
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, FlowEntry{Key: k, Val: FlowVal{FirstNs: c.FirstNs}})
+			i = len(out) - 1
+		}
+		e := &out[i].Val
+		e.Bytes += c.Bytes
+		e.Packets += c.Packets
+		e.TcpFlags |= c.TcpFlags
+		e.FirstNs = min(e.FirstNs, c.FirstNs)
+		e.LastNs = max(e.LastNs, c.LastNs)
+	})
+	return out, err
+}
+
+// FlowKey returns the record form of a cache slot's key.
+func (c *FlowCent) FlowKey() FlowKey {
+	if c.Kind == centV6 {
+		return (*FlowKey6)(unsafe.Pointer(&c.Key[0])).Key()
+	}
+	return (*FlowKey4)(unsafe.Pointer(&c.Key[0])).Key()
+}
+
+// Kinds of a cache slot, as in flow.h.
+const (
+	centEmpty = 0
+	centV6    = 2
+)
+
+// cacheSlots calls f for every occupied slot of both flow-cache
+// generations on every CPU.
+func (o *Objects) cacheSlots(f func(*FlowCent)) error {
+	for _, m := range []*ebpf.Map{o.objs.Cache0, o.objs.Cache1} {
+		for i := uint32(0); i < o.spec.cacheSlots(); i++ {
+			if err := m.Lookup(i, &o.cent); err != nil {
+				return fmt.Errorf("read flow cache slot %d: %w", i, err)
+			}
+			for c := range o.cent {
+				if o.cent[c].Kind != centEmpty {
+					f(&o.cent[c])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// CachedFlows counts the occupied flow-cache slots (both generations, all
+// CPUs). Zero after a shutdown sweep: nothing is left behind in a cache.
+func (o *Objects) CachedFlows() (int, error) {
+	n := 0
+	err := o.cacheSlots(func(*FlowCent) { n++ })
+	return n, err
+}
+
+func (o *Objects) cacheMap(gen int) *ebpf.Map {
+	if gen == 0 {
+		return o.objs.Cache0
+	}
+	return o.objs.Cache1
+}
+
+// FlushCache moves every slot of the flow-cache generation the packet path
+// used so far into the flow tables. It flips the generations first: an
+// update of the array of maps returns only after every running program is
+// done, so no packet writes the old generation while the flush program
+// reads it. Deferred means the ring buffer ran low: drain it and call again;
+// the old generation stays frozen (and is not flipped back) until empty.
+func (o *Objects) FlushCache() (merged uint32, deferred bool, err error) {
+	if !o.flushing {
+		next := 1 - o.cur
+		if err := o.objs.Caches.Put(uint32(0), o.cacheMap(next)); err != nil {
+			return 0, false, fmt.Errorf("flip flow cache: %w", err)
+		}
+		o.cur, o.flushing, o.flushPos = next, true, 0
+	}
+	if err := o.objs.Caches.Put(uint32(1), o.cacheMap(1-o.cur)); err != nil {
+		return 0, false, fmt.Errorf("point the flush at the old flow cache: %w", err)
+	}
+	in := FlushArgs{Start: o.flushPos, End: uint32(o.ncpu) * o.spec.cacheSlots()}
+	var out FlushArgs
+	if _, err := o.objs.Flush.Run(&ebpf.RunOptions{Context: in, ContextOut: &out}); err != nil {
+		return 0, false, fmt.Errorf("run flush program: %w", err)
+	}
+	if out.Deferred != 0 {
+		o.flushPos = out.Next
+		return out.Merged, true, nil
+	}
+	o.flushing, o.flushPos = false, 0
+	return out.Merged, false, nil
 }
 
 // Close releases every kernel object.
@@ -363,14 +512,27 @@ type SweepResult struct {
 	Scanned  uint32
 	Exported uint32
 	Deleted  uint32
-	Deferred bool // the ring buffer was full or max was reached: drain, run again
+	Merged   uint32 // flow-cache slots merged into the tables first
+	Deferred bool   // the ring buffer was full or max was reached: drain, run again
 }
 
-// Sweep exports (reason) and removes every flow idle for at least idle —
-// all flows when idle is 0 — submitting at most max records. It never loses
-// a flow: when the ring is full the rest stays in the table and Deferred is
-// set.
+// Sweep first merges the flow cache into the tables (FlushCache; with idle
+// 0 both generations), then exports (reason) and removes every flow idle
+// for at least idle — all flows when idle is 0 — submitting at most max
+// records. It never loses a flow: when the ring is full the rest stays in
+// the cache or table and Deferred is set.
 func (o *Objects) Sweep(idle time.Duration, reason EndReason, max uint32) (SweepResult, error) {
+	var merged uint32
+	for gen := 0; gen < 1 || (idle == 0 && gen < 2); gen++ {
+		n, deferred, err := o.FlushCache()
+		merged += n
+		if err != nil {
+			return SweepResult{}, err
+		}
+		if deferred {
+			return SweepResult{Merged: merged, Deferred: true}, nil
+		}
+	}
 	now, err := MonotonicCoarse()
 	if err != nil {
 		return SweepResult{}, err
@@ -380,7 +542,7 @@ func (o *Objects) Sweep(idle time.Duration, reason EndReason, max uint32) (Sweep
 	if _, err := o.objs.Sweep.Run(&ebpf.RunOptions{Context: in, ContextOut: &out}); err != nil {
 		return SweepResult{}, fmt.Errorf("run sweep program: %w", err)
 	}
-	return SweepResult{Now: now, Scanned: out.Scanned, Exported: out.Exported, Deleted: out.Deleted, Deferred: out.Deferred != 0}, nil
+	return SweepResult{Now: now, Scanned: out.Scanned, Exported: out.Exported, Deleted: out.Deleted, Merged: merged, Deferred: out.Deferred != 0}, nil
 }
 
 // DecodeRecord views a ring-buffer sample as a FlowRecord without copying.

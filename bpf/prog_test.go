@@ -167,48 +167,62 @@ func TestAggregateAndFINRST(t *testing.T) {
 }
 
 // TestOverflow: with a table of 4 entries, the 5th..Nth flows are exported
-// packet by packet as overflow records, counted as failed updates, and the
-// bytes still add up.
+// as overflow records, counted as failed updates, and the bytes still add
+// up: packet by packet without the flow cache, slot by slot (2 packets)
+// when the flush merges the cache.
 func TestOverflow(t *testing.T) {
-	o := loadForTest(t, Spec{FlowEntries: 4})
-	var total uint64
-	for i := 0; i < 10; i++ {
-		for j := 0; j < 2; j++ {
-			fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(uint16(1000+i), 53, pad(10*i))))
-			total += uint64(len(fr))
-			run(t, o, DirRX, fr)
-		}
-	}
-	flows := dumpFlows(t, o)
-	recs := drainRing(t, o)
-	if len(flows) != 4 {
-		t.Fatalf("%d entries, want 4", len(flows))
-	}
-	var sum, pk uint64
-	for _, f := range flows {
-		sum += f.V.Bytes
-		pk += f.V.Packets
-	}
-	for _, r := range recs {
-		if EndReason(r.EndReason) != EndOverflow || r.Val.Packets != 1 {
-			t.Fatalf("record %+v, want overflow of 1 packet", r)
-		}
-		sum += r.Val.Bytes
-		pk += r.Val.Packets
-	}
-	m := meter(t, o, DirRX)
-	if len(recs) != 12 || m.FailedUpdates != 12 {
-		t.Fatalf("%d overflow records, %d failed updates; want 12", len(recs), m.FailedUpdates)
-	}
-	if sum != total || pk != 20 || m.Bytes != total || m.Packets != 20 {
-		t.Fatalf("Σ bytes %d packets %d, meter %+v, want %d bytes 20 packets", sum, pk, m, total)
+	for _, tc := range []struct {
+		name    string
+		noCache bool
+		recPkts uint64
+	}{{"table", true, 1}, {"cache", false, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := loadForTest(t, Spec{FlowEntries: 4, NoCache: tc.noCache})
+			var total uint64
+			for i := 0; i < 10; i++ {
+				for j := 0; j < 2; j++ {
+					fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(uint16(1000+i), 53, pad(10*i))))
+					total += uint64(len(fr))
+					run(t, o, DirRX, fr)
+				}
+			}
+			if _, deferred, err := o.FlushCache(); err != nil || deferred {
+				t.Fatalf("flush: deferred %v, %v", deferred, err)
+			}
+			flows := dumpFlows(t, o)
+			recs := drainRing(t, o)
+			if len(flows) != 4 {
+				t.Fatalf("%d entries, want 4", len(flows))
+			}
+			var sum, pk uint64
+			for _, f := range flows {
+				sum += f.V.Bytes
+				pk += f.V.Packets
+			}
+			for _, r := range recs {
+				if EndReason(r.EndReason) != EndOverflow || r.Val.Packets != tc.recPkts {
+					t.Fatalf("record %+v, want overflow of %d packets", r, tc.recPkts)
+				}
+				sum += r.Val.Bytes
+				pk += r.Val.Packets
+			}
+			m := meter(t, o, DirRX)
+			if want := int(12 / tc.recPkts); len(recs) != want || m.FailedUpdates != uint64(want) {
+				t.Fatalf("%d overflow records, %d failed updates; want %d", len(recs), m.FailedUpdates, want)
+			}
+			if sum != total || pk != 20 || m.Bytes != total || m.Packets != 20 {
+				t.Fatalf("Σ bytes %d packets %d, meter %+v, want %d bytes 20 packets", sum, pk, m, total)
+			}
+		})
 	}
 }
 
 // TestRingFullCountsLoss: when the ring buffer is full, the overflow records
-// that cannot be submitted are counted as lost, packet and byte exact.
+// that cannot be submitted are counted as lost, packet and byte exact. A
+// one-slot flow cache makes every new flow merge the previous one on the
+// packet path.
 func TestRingFullCountsLoss(t *testing.T) {
-	o := loadForTest(t, Spec{FlowEntries: 1, RingBytes: 4096})
+	o := loadForTest(t, Spec{FlowEntries: 1, RingBytes: 4096, CacheSlots: 1})
 	var total uint64
 	for i := 0; i < 100; i++ {
 		fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(uint16(i), 53, pad(i))))
@@ -319,18 +333,29 @@ func TestUnregisteredInterface(t *testing.T) {
 	}
 }
 
-// TestCountSpill: the packed per-entry counter (packets << 40 | bytes) is
-// moved into the 64-bit counters before its packet half (2^24) overflows:
-// 2^24+3 packets of one flow, counted in the kernel, add up exactly.
+// TestCountSpill: 2^24+3 packets of one flow, counted in the kernel, add
+// up exactly. Without the flow cache the packed per-entry counter
+// (packets << 40 | bytes) is moved into the 64-bit counters before its
+// packet half (2^24) overflows; with it, the cache slot's 64-bit counters
+// are merged into the entry's.
 func TestCountSpill(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 16M packets")
+		t.Skip("runs 2×16M packets")
 	}
-	o := loadForTest(t, Spec{})
+	for _, noCache := range []bool{true, false} {
+		t.Run(map[bool]string{true: "table", false: "cache"}[noCache], func(t *testing.T) { countSpill(t, noCache) })
+	}
+}
+
+func countSpill(t *testing.T, noCache bool) {
+	o := loadForTest(t, Spec{NoCache: noCache})
 	fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(9, 9, pad(100))))
 	const n = 1<<24 + 3
 	if _, _, err := o.Ingress().Benchmark(fr, n, nil); err != nil {
 		t.Fatal(err)
+	}
+	if _, deferred, err := o.FlushCache(); err != nil || deferred {
+		t.Fatalf("flush: deferred %v, %v", deferred, err)
 	}
 	fl := dumpFlows(t, o)
 	m := meter(t, o, DirTX)
@@ -342,7 +367,7 @@ func TestCountSpill(t *testing.T) {
 	}
 	var raw FlowEnt
 	var k FlowKey4
-	if it := o.objs.Flows4.Iterate(); !it.Next(&k, &raw) || raw.Packets == 0 || raw.Count>>flowCountPktShift >= 1<<23 {
+	if it := o.objs.Flows4.Iterate(); !it.Next(&k, &raw) || raw.Packets == 0 || raw.Count>>flowCountPktShift >= 1<<23 || (!noCache && raw.Packets != n) {
 		t.Fatalf("entry %+v: the count was never spilled", raw)
 	}
 	// The spilled entry still exports exactly (shutdown sweep).
@@ -352,5 +377,47 @@ func TestCountSpill(t *testing.T) {
 	recs := drainRing(t, o)
 	if len(recs) != 1 || recs[0].Val.Packets != n || recs[0].Val.Bytes != m.Bytes {
 		t.Fatalf("records %+v", recs)
+	}
+}
+
+// TestFlushDefersOnFullRing: 100 cached flows and a 1-entry table: the
+// flush merges them as overflow records into a 4 KiB ring, stops while the
+// ring is low (deferred), and resumes after a drain: every byte arrives,
+// none is lost, and no slot stays in the cache.
+func TestFlushDefersOnFullRing(t *testing.T) {
+	o := loadForTest(t, Spec{FlowEntries: 1, RingBytes: 4096})
+	var total uint64
+	for i := 0; i < 100; i++ {
+		fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(uint16(i), 53, pad(i))))
+		total += uint64(len(fr))
+		run(t, o, DirTX, fr)
+	}
+	var got uint64
+	deferrals := 0
+	for i := 0; ; i++ {
+		if i > 100 {
+			t.Fatal("flush still deferred after 100 drains")
+		}
+		_, deferred, err := o.FlushCache()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range drainRing(t, o) {
+			got += r.Val.Bytes
+		}
+		if !deferred {
+			break
+		}
+		deferrals++
+	}
+	if n, err := o.CachedFlows(); err != nil || n != 0 {
+		t.Fatalf("%d slots left in the cache (%v)", n, err)
+	}
+	for _, f := range dumpFlows(t, o) {
+		got += f.V.Bytes
+	}
+	m := meter(t, o, DirTX)
+	if deferrals == 0 || m.LostBytes != 0 || got != total || m.Bytes != total {
+		t.Fatalf("deferrals %d, exported %d of %d bytes, meter %+v", deferrals, got, total, m)
 	}
 }

@@ -5,12 +5,14 @@ package bpf
 import (
 	"errors"
 	"os"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 const loIfindex = 1 // BPF_PROG_TEST_RUN runs skbs on the netns loopback
@@ -41,10 +43,38 @@ func loadForTest(tb testing.TB, s Spec) *Objects {
 		tb.Fatalf("Load: %v", err)
 	}
 	tb.Cleanup(func() { o.Close() })
+	pinCPU(tb)
 	if err := o.SetSlot(loIfindex, 1); err != nil {
 		tb.Fatal(err)
 	}
 	return o
+}
+
+// pinCPU keeps the calling goroutine on one CPU until the test ends.
+// BPF_PROG_TEST_RUN runs the program on the caller's CPU, and a flow's
+// packets sit in that CPU's flow cache: pinned, a test's packets share one
+// cache as a flow on one queue does (records are exact either way; the
+// multi-CPU test covers the split).
+func pinCPU(tb testing.TB) {
+	tb.Helper()
+	runtime.LockOSThread()
+	var old, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		tb.Fatalf("sched_getaffinity: %v", err)
+	}
+	for c := 0; c < 1024; c++ {
+		if old.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		tb.Fatalf("sched_setaffinity: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	})
 }
 
 // run feeds one frame to the program of dir and checks the verdict is

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/tapflow/tapflow/bpf/attach"
 	"github.com/tapflow/tapflow/bpf/nslab"
 	"github.com/tapflow/tapflow/internal/units"
+	"golang.org/x/sys/unix"
 )
 
 // tlog sends log lines to the test log.
@@ -205,6 +207,26 @@ func sendUDP(t *testing.T, from *nslab.VM, dst net.IP, port, n, payload int) uin
 	return uint16(conn.LocalAddr().(*net.UDPAddr).Port)
 }
 
+// sendFlow sends n datagrams from local port sport (one flow); usable off
+// the test goroutine.
+func sendFlow(from *nslab.VM, sport int, dst net.IP, port, n, payload int) error {
+	var conn *net.UDPConn
+	if err := from.Do(func() (err error) {
+		conn, err = net.DialUDP("udp4", &net.UDPAddr{Port: sport}, &net.UDPAddr{IP: dst, Port: port})
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	buf := make([]byte, payload)
+	for i := 0; i < n; i++ {
+		if _, err := conn.Write(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // listenUDP discards datagrams in vm's namespace.
 // listenUDP receives datagrams on port in vm and counts them.
 func listenUDP(t *testing.T, vm *nslab.VM, port int) *atomic.Int64 {
@@ -354,6 +376,80 @@ func TestRealTraffic(t *testing.T) {
 				t.Errorf("no fin records from a closed TCP connection")
 			}
 		})
+	}
+}
+
+// TestCacheFlipUnderLoad: senders pinned to different CPUs push 4,000
+// distinct flows (125× a 16-slot per-CPU flow cache, several packets each)
+// while sweeps flip the cache generations every 100 ms. Before shutdown,
+// the idle sweeps alone must have exported every metered byte (nothing
+// stuck in a cache), and the records add up to the kernel meters, byte and
+// packet exact, nothing lost.
+func TestCacheFlipUnderLoad(t *testing.T) {
+	const slots, flows, pkts = 16, 4000, 3
+	cpus := runtime.NumCPU()
+	lab := nslab.New(t)
+	vms := []*nslab.VM{lab.AddVM(1, true), lab.AddVM(2, true), lab.AddVM(3, true)}
+	cfg := labConfig(lab, attach.Auto)
+	cfg.FlowCacheSlots = slots
+	cfg.IdleTimeout = units.Duration(time.Second)
+	cfg.SweepInterval = units.Duration(100 * time.Millisecond)
+	r := start(t, cfg)
+	waitFor(t, "3 attached taps", func() bool { return gauge(t, r.reg, "tapflow_capture_attached_interfaces") == 3 })
+	dst := vms[0]
+	listenUDP(t, dst, 9400)
+	var wg sync.WaitGroup
+	for i, vm := range vms[1:] {
+		wg.Add(1)
+		go func(cpu int, vm *nslab.VM) {
+			defer wg.Done()
+			// The tap's ingress program runs on the sending CPU.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu % cpus)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				t.Errorf("pin sender to CPU %d: %v", cpu, err)
+				return
+			}
+			for f := 0; f < flows/2; f++ {
+				if err := sendFlow(vm, 20000+f, dst.IP, 9400, pkts, 100+f%500); err != nil {
+					t.Errorf("flow %d from %s: %v", f, vm.Name, err)
+					return
+				}
+			}
+		}(i, vm)
+	}
+	wg.Wait()
+	taps := []string{vms[0].Tap, vms[1].Tap, vms[2].Tap}
+	waitFor(t, "idle sweeps export every metered byte", func() bool {
+		rs, ms := r.col.recordSums(), r.col.meterSums()
+		for _, tap := range taps {
+			for _, d := range []string{"tx", "rx"} {
+				k := tapDir{tap, d}
+				if rs[k].bytes != ms[k].bytes || rs[k].packets != ms[k].packets {
+					return false
+				}
+			}
+		}
+		return ms[tapDir{vms[1].Tap, "tx"}].packets >= flows/2*pkts
+	})
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkConservation(t, r.col, false, taps...)
+	for _, vm := range vms[1:] {
+		ports := map[uint16]bool{}
+		r.col.mu.Lock()
+		for _, rec := range r.col.flows {
+			if rec.Ifname == vm.Tap && bpf.Direction(rec.Key.Direction) == bpf.DirTX && rec.Key.DstPort == 9400 {
+				ports[rec.Key.SrcPort] = true
+			}
+		}
+		r.col.mu.Unlock()
+		if len(ports) != flows/2 {
+			t.Errorf("%s: records of %d flows, %d sent", vm.Tap, len(ports), flows/2)
+		}
 	}
 }
 

@@ -584,8 +584,15 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 		table_add(map, k, v6, len, 1, now, now, flags, end, m);
 		return;
 	}
-	if (c->kind != CENT_EMPTY)
-		cent_merge(c, m);
+	if (c->kind != CENT_EMPTY) {
+		/* The evicted flow's losses count on its own interface. */
+		const struct flow_key4 *ck = (const struct flow_key4 *)c->key;
+		struct meter *cm = m;
+		if (ck->ifindex != k->k4.ifindex ||
+		    ck->direction != k->k4.direction)
+			cm = meter_for(ck->ifindex, ck->direction & 1);
+		cent_merge(c, cm ? cm : m);
+	}
 	__builtin_memcpy(c->key, k, v6 ? sizeof(struct flow_key6) : sizeof(struct flow_key4));
 	if (!v6)
 		__builtin_memset(c->key + sizeof(struct flow_key4), 0,

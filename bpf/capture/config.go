@@ -22,7 +22,7 @@ type Config struct {
 	// the IPv4 table's entries; the IPv6 table has a quarter of them.
 	FlowTableEntries int `yaml:"flow_table_entries"`
 	// FlowCacheSlots is the per-CPU flow cache's size in slots per
-	// generation (0 = 1024), a power of two ≤ 65536: the flows a CPU counts
+	// generation (0 = 256), a power of two ≤ 65536: the flows a CPU counts
 	// without touching the shared table.
 	FlowCacheSlots int `yaml:"flow_cache_slots"`
 	// RingBufferSize overrides the derived ring size (0 = derive); a power of two.
@@ -100,7 +100,7 @@ func (c Config) Validate() error {
 		e.Add("flow_table_entries", "is negative", "use 0 to derive it from memory_budget")
 	}
 	if n := c.FlowCacheSlots; n < 0 || n > 1<<16 || n&(n-1) != 0 {
-		e.Add("flow_cache_slots", fmt.Sprint(n)+" is not 0 or a power of two ≤ 65536", "use 0 for the default (1024)")
+		e.Add("flow_cache_slots", fmt.Sprint(n)+" is not 0 or a power of two ≤ 65536", "use 0 for the default (256)")
 	}
 	if rs := int64(c.RingBufferSize); rs != 0 && (rs < 4096 || rs&(rs-1) != 0 || rs > 1<<30) {
 		e.Add("ring_buffer_size", c.RingBufferSize.String()+" is not a power of two in [4KiB, 1GiB]", "use 0 to derive it, or e.g. 16MiB")

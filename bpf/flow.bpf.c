@@ -546,29 +546,41 @@ static __always_inline void cent_merge(struct flow_cent *c, struct meter *m)
 static __always_inline void account(void *map, union fkey *k, bool v6,
 				    __u64 len, __u32 flags, struct meter *m)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
 	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
 	const __u64 *w = (const __u64 *)k;
+	struct flow_cent *c = 0;
 	__u32 z = 0;
 	void *cache = cache_off ? 0 : bpf_map_lookup_elem(&caches, &z);
 
-	if (!cache) {
-		table_add(map, k, v6, len, 1, now, now, flags, end, m);
-		return;
+	if (cache) {
+		__u32 slot = cache_slot(w, v6);
+		c = bpf_map_lookup_elem(cache, &slot);
 	}
-	__u32 slot = cache_slot(w, v6);
-	struct flow_cent *c = bpf_map_lookup_elem(cache, &slot);
 	if (!c) {
+		__u64 now = bpf_ktime_get_coarse_ns();
 		table_add(map, k, v6, len, 1, now, now, flags, end, m);
 		return;
 	}
-	if (cent_is(c, w, v6)) {
+	/* jiffies is a load (the verifier inlines it); the coarse clock a
+	 * helper call, read once per tick per slot: last_ns is the coarse
+	 * time of the slot's first packet in its last tick. */
+	__u64 j = bpf_jiffies64();
+	bool same = cent_is(c, w, v6);
+	if (same && !end && c->last_jiffies == j) {
+		/* The hit: plain adds, this CPU's slot. */
+		c->bytes += len;
+		c->packets++;
+		c->tcp_flags |= flags;
+		return;
+	}
+	__u64 now = bpf_ktime_get_coarse_ns();
+	if (same) {
 		if (!end && (__s64)(now - c->first_ns) < (__s64)active_timeout_ns) {
-			/* The hit: plain adds, this CPU's slot. */
 			c->bytes += len;
 			c->packets++;
-			c->last_ns = now;
 			c->tcp_flags |= flags;
+			c->last_jiffies = j;
+			c->last_ns = now;
 			return;
 		}
 		/* FIN/RST or active timeout: the slot and this packet go to
@@ -578,7 +590,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			  c->first_ns, now, c->tcp_flags | flags, end, m);
 		return;
 	}
-	if (end || (c->kind != CENT_EMPTY && c->last_ns == now)) {
+	if (end || (c->kind != CENT_EMPTY && c->last_jiffies == j)) {
 		/* A closing packet, or the slot is busy this tick: leave it
 		 * and count this packet in the table. */
 		table_add(map, k, v6, len, 1, now, now, flags, end, m);
@@ -601,6 +613,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 	c->packets = 1;
 	c->first_ns = now;
 	c->last_ns = now;
+	c->last_jiffies = j;
 	c->tcp_flags = flags;
 	c->kind = v6 ? CENT_V6 : CENT_V4;
 }

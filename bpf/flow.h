@@ -154,12 +154,14 @@ struct sweep_args {
 struct flow_cent {
 	__u64 bytes;
 	__u64 packets;
-	__u64 last_ns;
+	__u64 last_jiffies; /* jiffies of the last packet: a hit in the same
+	                     * tick reads no clock */
 	__u32 tcp_flags;
 	__u32 kind;      /* 0 empty, 1 IPv4 (key is a flow_key4), 2 IPv6 */
 	__u8 key[56];    /* struct flow_key4 (32 bytes, rest 0) or flow_key6 */
 	__u64 first_ns;
-	__u64 _pad[4];
+	__u64 last_ns;   /* coarse time of the first packet in tick last_jiffies */
+	__u64 _pad[3];
 };
 
 #define CENT_EMPTY 0

@@ -14,15 +14,16 @@ import (
 )
 
 type flowFlowCent struct {
-	_        structs.HostLayout
-	Bytes    uint64
-	Packets  uint64
-	LastNs   uint64
-	TcpFlags uint32
-	Kind     uint32
-	Key      [56]uint8
-	FirstNs  uint64
-	Pad      [4]uint64
+	_           structs.HostLayout
+	Bytes       uint64
+	Packets     uint64
+	LastJiffies uint64
+	TcpFlags    uint32
+	Kind        uint32
+	Key         [56]uint8
+	FirstNs     uint64
+	LastNs      uint64
+	Pad         [3]uint64
 }
 
 type flowFlowEnt struct {

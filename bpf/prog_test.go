@@ -6,6 +6,10 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 func TestParseTable(t *testing.T) {
@@ -419,5 +423,64 @@ func TestFlushDefersOnFullRing(t *testing.T) {
 	m := meter(t, o, DirTX)
 	if deferrals == 0 || m.LostBytes != 0 || got != total || m.Bytes != total {
 		t.Fatalf("deferrals %d, exported %d of %d bytes, meter %+v", deferrals, got, total, m)
+	}
+}
+
+// TestEvictedFlowCountsOnItsMeter: a flow evicted from the cache by a
+// packet of another interface is merged with the meter of its own
+// interface: its failed insert (the table is full) counts there, not on
+// the interface of the packet that evicted it. The second interface is a
+// veth in a namespace of the test's own.
+func TestEvictedFlowCountsOnItsMeter(t *testing.T) {
+	o := loadForTest(t, Spec{FlowEntries: 1, CacheSlots: 1}) // pins the thread
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New() // this thread only
+	if err != nil {
+		t.Fatalf("new netns: %v", err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+		ns.Close()
+	}()
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tfdummy0"}, PeerName: "tfdummy1"}); err != nil {
+		t.Fatalf("add veth pair: %v", err)
+	}
+	l, err := netlink.LinkByName("tfdummy0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dummy := uint32(l.Attrs().Index)
+	if err := o.SetSlot(dummy, 2); err != nil {
+		t.Fatal(err)
+	}
+	send := func(ifindex uint32, sport uint16) {
+		t.Helper()
+		var ctx [11]uint32 // struct __sk_buff up to ifindex
+		ctx[10] = ifindex
+		fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(sport, 53, pad(10))))
+		if _, err := o.Ingress().Run(&ebpf.RunOptions{Data: fr, Context: ctx}); err != nil {
+			t.Fatalf("test run on ifindex %d: %v", ifindex, err)
+		}
+		time.Sleep(30 * time.Millisecond) // next tick: the slot is not busy
+	}
+	send(loIfindex, 1) // X in the slot
+	send(loIfindex, 2) // Y evicts X: X takes the one table entry
+	send(dummy, 3)     // Z evicts Y: Y's insert fails
+	lo, err := o.ReadMeter(1, DirTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	du, err := o.ReadMeter(2, DirTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo.FailedUpdates != 1 || du.FailedUpdates != 0 || lo.Packets != 2 || du.Packets != 1 {
+		t.Fatalf("lo meter %+v, dummy meter %+v; want Y's failed insert on lo", lo, du)
 	}
 }

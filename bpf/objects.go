@@ -423,6 +423,7 @@ func (o *Objects) cacheMap(gen int) *ebpf.Map {
 // done, so no packet writes the old generation while the flush program
 // reads it. Deferred means the ring buffer ran low: drain it and call again;
 // the old generation stays frozen (and is not flipped back) until empty.
+// Not safe for concurrent use (nor with Sweep or Flows).
 func (o *Objects) FlushCache() (merged uint32, deferred bool, err error) {
 	if !o.flushing {
 		next := 1 - o.cur
@@ -434,18 +435,26 @@ func (o *Objects) FlushCache() (merged uint32, deferred bool, err error) {
 	if err := o.objs.Caches.Put(uint32(1), o.cacheMap(1-o.cur)); err != nil {
 		return 0, false, fmt.Errorf("point the flush at the old flow cache: %w", err)
 	}
-	in := FlushArgs{Start: o.flushPos, End: uint32(o.ncpu) * o.spec.cacheSlots()}
-	var out FlushArgs
-	if _, err := o.objs.Flush.Run(&ebpf.RunOptions{Context: in, ContextOut: &out}); err != nil {
-		return 0, false, fmt.Errorf("run flush program: %w", err)
-	}
-	if out.Deferred != 0 {
+	total := uint32(o.ncpu) * o.spec.cacheSlots()
+	for o.flushPos < total {
+		// bpf_loop runs at most 2^23 iterations: visit in chunks.
+		in := FlushArgs{Start: o.flushPos, End: min(total, o.flushPos+flushChunk)}
+		var out FlushArgs
+		if _, err := o.objs.Flush.Run(&ebpf.RunOptions{Context: in, ContextOut: &out}); err != nil {
+			return merged, false, fmt.Errorf("run flush program: %w", err)
+		}
+		merged += out.Merged
 		o.flushPos = out.Next
-		return out.Merged, true, nil
+		if out.Deferred != 0 {
+			return merged, true, nil
+		}
 	}
 	o.flushing, o.flushPos = false, 0
-	return out.Merged, false, nil
+	return merged, false, nil
 }
+
+// flushChunk is how many (CPU, slot) positions one flush run visits.
+const flushChunk = 1 << 20
 
 // Close releases every kernel object.
 func (o *Objects) Close() error {

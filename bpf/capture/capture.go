@@ -425,7 +425,10 @@ func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndR
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
-		c.m.tableEntries.Set(float64(res.Scanned - res.Deleted))
+		c.m.cacheMerged.Add(float64(res.Merged))
+		if res.Scanned > 0 || !res.Deferred {
+			c.m.tableEntries.Set(float64(res.Scanned - res.Deleted))
+		}
 		if err := c.drain(ctx); err != nil {
 			return err
 		}

@@ -434,6 +434,11 @@ func TestCacheFlipUnderLoad(t *testing.T) {
 		}
 		return ms[tapDir{vms[1].Tap, "tx"}].packets >= flows/2*pkts
 	})
+	// Flows left the caches through sweeps (merges), not only through
+	// conflicts on the packet path.
+	if n := gauge(t, r.reg, "tapflow_capture_flow_cache_merged_total"); n == 0 {
+		t.Error("no sweep merged a cache slot")
+	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}

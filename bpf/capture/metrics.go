@@ -19,6 +19,7 @@ type metrics struct {
 	tableEntries           prometheus.Gauge
 	tableCapacity          prometheus.Gauge
 	sweepDeferred          prometheus.Counter
+	cacheMerged            prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -41,6 +42,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		tableEntries:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_entries", Help: "Flow-table entries at the last sweep."}),
 		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries, IPv4 and IPv6 tables)."}),
 		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
+		cacheMerged:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_flow_cache_merged_total", Help: "Per-CPU flow-cache slots the sweep merged into the flow table."}),
 	}
 	for _, r := range bpf.EndReasons() {
 		m.records[r] = m.recordsVec.WithLabelValues(r.String())
@@ -49,7 +51,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
-		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred} {
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register capture metrics: %w", err)
 		}

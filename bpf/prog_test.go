@@ -4,12 +4,15 @@ package bpf
 
 import (
 	"bytes"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestParseTable(t *testing.T) {
@@ -482,5 +485,83 @@ func TestEvictedFlowCountsOnItsMeter(t *testing.T) {
 	}
 	if lo.FailedUpdates != 1 || du.FailedUpdates != 0 || lo.Packets != 2 || du.Packets != 1 {
 		t.Fatalf("lo meter %+v, dummy meter %+v; want Y's failed insert on lo", lo, du)
+	}
+}
+
+// TestFlipUnderConcurrentRuns: programs run flat out on every CPU (one
+// pinned runner per CPU, 8 flows each, hits in the cache) while the flow
+// cache is flipped and flushed back to back. The flip's wait for running
+// programs is what keeps a slot from being merged while its CPU still adds
+// to it: at the end (a shutdown sweep), Σ records equal the meters, byte
+// and packet exact.
+func TestFlipUnderConcurrentRuns(t *testing.T) {
+	o := loadForTest(t, Spec{FlowEntries: 1 << 12, RingBytes: 1 << 22})
+	cpus := runtime.NumCPU()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, cpus)
+	for cpu := 0; cpu < cpus; cpu++ {
+		wg.Add(1)
+		go func(cpu int) {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fr := eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(uint16(cpu*100+i%8), 53, pad(i%8*10))))
+				if _, _, err := o.Ingress().Benchmark(fr, 1000, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(cpu)
+	}
+	flips := 0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); flips++ {
+		if _, deferred, err := o.FlushCache(); err != nil || deferred {
+			t.Errorf("flush: deferred %v, %v", deferred, err)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("runner: %v", err)
+	}
+	var b, p uint64
+	for {
+		res, err := o.Sweep(0, EndShutdown, 1<<15)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range drainRing(t, o) {
+			b += r.Val.Bytes
+			p += r.Val.Packets
+		}
+		if !res.Deferred {
+			break
+		}
+	}
+	m := meter(t, o, DirTX)
+	t.Logf("%d flips, %d packets on %d CPUs", flips, m.Packets, cpus)
+	if flips < 10 || m.Packets < 100000 {
+		t.Fatalf("%d flips, %d packets: too little to test", flips, m.Packets)
+	}
+	if n, err := o.CachedFlows(); err != nil || n != 0 {
+		t.Fatalf("%d slots left in the cache (%v)", n, err)
+	}
+	if b != m.Bytes || p != m.Packets || m.LostBytes != 0 {
+		t.Fatalf("Σ records %d packets %d bytes, meter %+v", p, b, m)
 	}
 }

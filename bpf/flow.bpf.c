@@ -11,11 +11,15 @@
  * policers on the tap — still decide the verdict.
  *
  * Conservation: every IP frame is counted in the per-CPU meter of its
- * (interface, direction) and added to exactly one flow-table entry or
- * exported on its own. Counters leave an entry only through an atomic
- * exchange, so each byte is exported exactly once: by the exporter that
- * wins the entry's `dead` flag, by a late updater that finds the flag set,
- * or by an active-timeout export. A ring-buffer refusal is counted as lost.
+ * (interface, direction) and added to exactly one place: its CPU's flow
+ * cache slot, a flow-table entry, or a record of its own. A cache slot is
+ * written only by its CPU's packets, and merged into the table (as one
+ * add) by that CPU or, once its generation is flipped out and no program
+ * can still run on it, by the flush program. Counters leave an entry only
+ * through an atomic exchange, so each byte is exported exactly once: by
+ * the exporter that wins the entry's `dead` flag, by a late updater that
+ * finds the flag set, or by an active-timeout export. A ring-buffer
+ * refusal is counted as lost.
  */
 #include <stdbool.h>
 #include <linux/bpf.h>

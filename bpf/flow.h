@@ -91,7 +91,8 @@ struct flow_val {
 	__u32 dead;      /* enum end_reason once an exporter has claimed it */
 };
 
-/* Flow-table value: 48 bytes. One atomic add per packet: `count` packs the
+/* Flow-table value: 48 bytes. One atomic add per packet that reaches the
+ * table (merged cache slots add to bytes/packets directly): `count` packs the
  * packets (high 24 bits) and bytes (low 40 bits) added since the last
  * spill. Whoever's add takes either half past its midpoint moves `count`
  * into the 64-bit `bytes`/`packets` (atomic exchange, then atomic adds), so

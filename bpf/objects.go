@@ -147,9 +147,10 @@ func (s Spec) flow6Entries() uint32 { return max(1, s.FlowEntries/flow6Share) }
 
 // SpecFor derives sizes from a memory budget: a quarter (at most 64 MiB,
 // at least 256 KiB per CPU) goes to the ring buffer, the meters take
-// (interfaces+1)·2·64 B per CPU, the flow cache 64 KiB per CPU, and the
+// (interfaces+1)·2·64 B per CPU, the flow cache 2·cacheSlots·128 B per CPU
+// (cacheSlots 0 = DefaultCacheSlots: 64 KiB), and the
 // rest is flow table (IPv4, and an IPv6 table a quarter its size).
-func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, error) {
+func SpecFor(budget int64, cpus, interfaces int, active time.Duration, cacheSlots uint32) (Spec, error) {
 	if cpus < 1 {
 		cpus = 1
 	}
@@ -165,7 +166,7 @@ func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, er
 	for ring < minRing {
 		ring <<= 1
 	}
-	cacheBytes := Spec{}.CacheBytes(cpus)
+	cacheBytes := Spec{CacheSlots: cacheSlots}.CacheBytes(cpus)
 	rest := budget - ring - meterBytes - cacheBytes
 	entries := rest / flowEntryBytes
 	if entries < 64 {
@@ -175,7 +176,7 @@ func SpecFor(budget int64, cpus, interfaces int, active time.Duration) (Spec, er
 	if entries > 1<<26 {
 		entries = 1 << 26
 	}
-	return Spec{FlowEntries: uint32(entries), RingBytes: uint32(ring), Interfaces: uint32(interfaces), ActiveTimeout: active}, nil
+	return Spec{FlowEntries: uint32(entries), RingBytes: uint32(ring), Interfaces: uint32(interfaces), ActiveTimeout: active, CacheSlots: cacheSlots}, nil
 }
 
 // Validate checks a Spec before anything is created.

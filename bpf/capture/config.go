@@ -105,9 +105,9 @@ func (c Config) Validate() error {
 	if rs := int64(c.RingBufferSize); rs != 0 && (rs < 4096 || rs&(rs-1) != 0 || rs > 1<<30) {
 		e.Add("ring_buffer_size", c.RingBufferSize.String()+" is not a power of two in [4KiB, 1GiB]", "use 0 to derive it, or e.g. 16MiB")
 	}
-	if c.MaxInterfaces >= 1 && c.ActiveTimeout.D() >= time.Second {
+	if n := c.FlowCacheSlots; c.MaxInterfaces >= 1 && c.ActiveTimeout.D() >= time.Second && n >= 0 && n <= 1<<16 && n&(n-1) == 0 {
 		if _, err := c.Spec(runtime.NumCPU()); err != nil {
-			e.Add("memory_budget", err.Error(), "raise memory_budget or lower max_interfaces")
+			e.Add("memory_budget", err.Error(), "raise memory_budget or lower max_interfaces or flow_cache_slots")
 		}
 	}
 	return e.Err()
@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 
 // Spec derives the kernel sizes for cpus CPUs.
 func (c Config) Spec(cpus int) (bpf.Spec, error) {
-	s, err := bpf.SpecFor(int64(c.MemoryBudget), cpus, c.MaxInterfaces, c.ActiveTimeout.D())
+	s, err := bpf.SpecFor(int64(c.MemoryBudget), cpus, c.MaxInterfaces, c.ActiveTimeout.D(), uint32(c.FlowCacheSlots))
 	if err != nil {
 		return bpf.Spec{}, err
 	}
@@ -125,7 +125,6 @@ func (c Config) Spec(cpus int) (bpf.Spec, error) {
 	if c.RingBufferSize > 0 {
 		s.RingBytes = uint32(c.RingBufferSize)
 	}
-	s.CacheSlots = uint32(c.FlowCacheSlots)
 	return s, nil
 }
 

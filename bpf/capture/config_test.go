@@ -23,6 +23,8 @@ func TestConfigValidate(t *testing.T) {
 		{"sweep slower than idle", func(c *Config) { c.SweepInterval = units.Duration(time.Minute) }, []string{"sweep_interval"}},
 		{"poll too fast", func(c *Config) { c.PollInterval = units.Duration(time.Microsecond) }, []string{"poll_interval"}},
 		{"ring not a power of two", func(c *Config) { c.RingBufferSize = 3 << 20 }, []string{"ring_buffer_size"}},
+		{"cache slots not a power of two", func(c *Config) { c.FlowCacheSlots = 100 }, []string{"flow_cache_slots"}},
+		{"cache slots too many", func(c *Config) { c.FlowCacheSlots = 1 << 17 }, []string{"flow_cache_slots"}},
 		{"unknown attach mode", func(c *Config) { c.AttachMode = "xdp" }, []string{"attach_mode"}},
 		{"several at once", func(c *Config) { c.MaxInterfaces = 0; c.IdleTimeout = 0 }, []string{"max_interfaces", "idle_timeout", "sweep_interval"}},
 	} {
@@ -69,6 +71,14 @@ func TestSpecFromBudget(t *testing.T) {
 	c.FlowTableEntries, c.RingBufferSize = 4, 1<<16
 	if s, _ := c.Spec(2); s.FlowEntries != 4 || s.RingBytes != 1<<16 {
 		t.Fatalf("overrides ignored: %+v", s)
+	}
+	c = DefaultConfig()
+	c.FlowCacheSlots = 1 << 16 // 16 MiB per CPU: the budget pays for it
+	if s, err := c.Spec(2); err != nil || s.CacheSlots != 1<<16 || s.FlowEntries > 200_000 {
+		t.Fatalf("a 16 MiB-per-CPU cache on 2 CPUs: %+v, %v", s, err)
+	}
+	if _, err := c.Spec(4); err == nil {
+		t.Fatal("a 64 MiB cache fits a 64 MiB budget")
 	}
 	if !c.Match("tap1234") || c.Match("eth0") {
 		t.Fatal("default glob")

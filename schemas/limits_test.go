@@ -34,6 +34,7 @@ func TestLimitedDecoder(t *testing.T) {
 	}{
 		{"zstd bomb: empty rows over the byte cap", encode(CodecZstd, empty), 1 << 20, ErrTooLarge, 0},
 		{"lz4 buffers expand over the byte cap", encode(CodecLZ4, empty), 1 << 20, ErrTooLarge, 0},
+		{"arrow-zstd buffers expand over the byte cap", encode(CodecArrowZstd, empty), 1 << 20, ErrTooLarge, 0},
 		{"plain body over the byte cap", encode(CodecNone, empty), 1 << 20, ErrTooLarge, 0},
 		{"zstd: more records than max_records", encode(CodecZstd, sample(2000)), 1999, ErrTooLarge, 0},
 		{"plain: more records than max_records", encode(CodecNone, sample(2000)), 1000, ErrTooLarge, 0},

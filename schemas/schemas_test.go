@@ -180,7 +180,7 @@ func sample(n int) []Flow {
 }
 
 func TestWireRoundTrip(t *testing.T) {
-	for _, codec := range []string{CodecZstd, CodecLZ4, CodecNone} {
+	for _, codec := range Codecs {
 		for _, n := range []int{0, 1, 1000} {
 			t.Run(fmt.Sprintf("%s/%d", codec, n), func(t *testing.T) {
 				enc, err := NewEncoder(codec)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -15,17 +17,24 @@ import (
 	"github.com/tapflow/tapflow/schemas/columns"
 )
 
-// Wire codecs of NATS message bodies.
+// Wire codecs of NATS message bodies (the nats.codec values and the
+// Tapflow-Codec header). Every body is a standard Arrow IPC stream, or
+// (zstd) one zstd frame holding one; docs/subscribers.md.
 const (
 	// CodecZstd: the whole Arrow IPC stream in one zstd frame (fastest
-	// level): measured ~1.6× cheaper to encode than Arrow's per-buffer
-	// zstd at about the same size. The default (DESIGN §5).
+	// level). Subscribers decompress the body, then read Arrow.
 	CodecZstd = "zstd"
-	// CodecLZ4: Arrow IPC with LZ4-frame buffer compression; ~2× smaller.
+	// CodecArrowZstd: Arrow IPC with the spec's ZSTD buffer compression;
+	// readers with Arrow compression support decode it directly.
+	CodecArrowZstd = "arrow-zstd"
+	// CodecLZ4: Arrow IPC with the spec's LZ4_FRAME buffer compression.
 	CodecLZ4 = "lz4"
 	// CodecNone: plain Arrow IPC; cheapest on loopback.
 	CodecNone = "none"
 )
+
+// Codecs lists the wire codecs, for help and validation messages.
+var Codecs = []string{CodecZstd, CodecArrowZstd, CodecLZ4, CodecNone}
 
 // zstdMagic starts every zstd frame; an Arrow IPC stream starts with the
 // 0xFFFFFFFF continuation marker instead, so bodies are self-describing.
@@ -42,9 +51,7 @@ var (
 )
 
 // ValidCodec reports whether name is a known wire codec.
-func ValidCodec(name string) bool {
-	return name == CodecZstd || name == CodecLZ4 || name == CodecNone
-}
+func ValidCodec(name string) bool { return slices.Contains(Codecs, name) }
 
 // Encoder is an EncoderOf flow records.
 type Encoder = EncoderOf[Flow]
@@ -56,6 +63,7 @@ type EncoderOf[T any] struct {
 	t     *Table[T]
 	opts  []ipc.Option
 	zstd  bool
+	codec string
 	plain sync.Pool // *bytes.Buffer for the uncompressed stream
 }
 
@@ -70,15 +78,25 @@ func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
 	switch codec {
 	case CodecZstd:
 		e.zstd = true
+	case CodecArrowZstd:
+		opts = append(opts, ipc.WithZstd())
 	case CodecLZ4:
 		opts = append(opts, ipc.WithLZ4())
 	case CodecNone, "":
+		codec = CodecNone
 	default:
-		return nil, fmt.Errorf("wire codec %q: unknown; use zstd, lz4 or none", codec)
+		return nil, fmt.Errorf("wire codec %q: unknown; use %s", codec, strings.Join(Codecs, ", "))
 	}
-	e.opts = opts
+	e.opts, e.codec = opts, codec
 	return e, nil
 }
+
+// Codec is the wire codec name (the Tapflow-Codec header value).
+func (e *EncoderOf[T]) Codec() string { return e.codec }
+
+// Schema is the schema name of the records (the Tapflow-Schema header
+// value): flow.v1.
+func (e *EncoderOf[T]) Schema() string { return e.t.name }
 
 // Encode appends the encoded form of recs to dst and returns it.
 func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {

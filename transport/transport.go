@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // Subjects and stream names: the transport contract (DESIGN §5).
@@ -60,7 +61,8 @@ type Config struct {
 	// so other agents and collectors can connect. Empty (default): the
 	// embedded server is reachable only in-process.
 	Listen string `yaml:"listen"`
-	// Codec compresses Arrow IPC bodies on the wire: zstd (default), lz4, none.
+	// Codec compresses Arrow IPC bodies on the wire: zstd (default),
+	// arrow-zstd, lz4, none (schemas.Codecs; docs/subscribers.md).
 	Codec string `yaml:"codec"`
 	// StreamMaxBytes caps the backlog of TAPFLOW_FLOWS on disk (default
 	// 10GiB): the batches not yet acked by every consumer (interest
@@ -105,10 +107,8 @@ func DefaultConfig() Config {
 // Validate reports every bad field.
 func (c Config) Validate() error {
 	var e units.Errors
-	switch c.Codec {
-	case "zstd", "lz4", "none":
-	default:
-		e.Add("codec", fmt.Sprintf("%q: unknown codec", c.Codec), "use zstd, lz4 or none")
+	if !schemas.ValidCodec(c.Codec) {
+		e.Add("codec", fmt.Sprintf("%q: unknown codec", c.Codec), "use "+strings.Join(schemas.Codecs, ", "))
 	}
 	if c.StreamMaxBytes < 64<<20 {
 		e.Add("stream_max_bytes", fmt.Sprintf("%s: too small", c.StreamMaxBytes), "use at least 64MiB, e.g. 10GiB")

@@ -269,7 +269,8 @@ func (p *PublisherOf[T]) payloadLimit() int64 {
 // (one attempt), else — or when that attempt fails — into the spool.
 // Without a spool it retries until JetStream acks or ctx ends.
 func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, records int) error {
-	msg := &nats.Msg{Subject: p.subject, Data: body, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: p.subject, Data: body,
+		Header: transport.BatchHeader(p.enc.Schema(), p.enc.Codec(), p.opts.AgentID, seq, records)}
 	id := p.opts.AgentID + "-" + strconv.FormatInt(seq, 10)
 	if p.sp == nil {
 		return p.publishRetry(ctx, msg, id, records)

@@ -3,9 +3,15 @@ package publish
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
 // waitDrained returns once the spool is empty, replay has failed
@@ -85,7 +91,7 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 			continue
 		}
 		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
-		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: p.spooledHeader(e)}
 		err = p.publishOnce(ctx, msg, e.MsgID, e.Records)
 		if err == nil {
 			if aerr := p.sp.Advance(); aerr != nil {
@@ -132,4 +138,16 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// spooledHeader rebuilds the batch headers of a spooled entry (the spool
+// keeps bodies, not headers); the codec comes from the body itself, since
+// nats.codec may have changed since it was spooled.
+func (p *PublisherOf[T]) spooledHeader(e *spool.Entry) nats.Header {
+	codec, err := schemas.BodyCodec(e.Body)
+	if err != nil {
+		codec = p.enc.Codec() // a corrupt body: the collector dead-letters it
+	}
+	agent := strings.TrimSuffix(e.MsgID, "-"+strconv.FormatInt(e.Seq, 10)) // as stamped on its records
+	return transport.BatchHeader(p.enc.Schema(), codec, agent, e.Seq, e.Records)
 }

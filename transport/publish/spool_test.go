@@ -140,6 +140,13 @@ func readStream(t *testing.T, s *transporttest.Server) []streamMsg {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Replayed batches carry the same contract headers as direct ones.
+		agent := id[:strings.LastIndexByte(id, '-')]
+		if m.Header.Get(transport.HeaderSchema) != "flow.v1" || m.Header.Get(transport.HeaderCodec) != "zstd" ||
+			m.Header.Get(transport.HeaderRecords) != strconv.Itoa(len(recs)) || m.Header.Get(transport.HeaderAgent) != agent ||
+			m.Header.Get(transport.HeaderBatchSeq) != strconv.FormatInt(bs, 10) {
+			t.Fatalf("message %s: headers %v", id, m.Header)
+		}
 		out = append(out, streamMsg{seq: bs, records: recs})
 	}
 	return out

@@ -34,6 +34,7 @@ Commands:
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
   spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
   dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
+  tap        print flow records live from NATS, filtered by tenant, zone, node, port; never disturbs the collector
   inventory  inventory dump: print what the inventory provider sees, in the file format
   validate   check a config file and list every problem
   version    print the version
@@ -69,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return spoolCmd(rest, stdout, stderr)
 	case "dlq":
 		return dlqCmd(rest, stdout, stderr)
+	case "tap":
+		return tapCmd(rest, stdout, stderr)
 	case "validate":
 		return validateCmd(rest, stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/report"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+)
+
+const tapUsage = `Usage: tapflow tap [--tenant ID] [--zone Z] [--node N] [--port P] [--format table|json] [--limit N] [--config FILE]
+
+Print flow.v1 records live, as agents publish them to NATS (TAPFLOW_FLOWS).
+
+tap reads through an ordered ephemeral consumer that starts at new messages
+(DeliverNew) and acks nothing: it never takes a message from the collector,
+never holds one in the stream, and the server deletes it seconds after tap
+exits. A record shows within a second of its batch's publish; the agent
+publishes a batch when it is full or agent.batch_timeout passed.
+
+Filters combine (AND): --node reads only that node's subject
+(tapflow.flows.v1.<node>); --tenant matches tenant_id, --zone zone, --port
+src_port or dst_port.
+
+Output: table (one line per record, --format table) or json (one flow.v1
+record per line, column names and units of docs/schema.md).
+
+Connects like the other commands: nats.url and credentials of --config, or
+nats.listen of an embedded server (set it on the running tapflow), or
+--nats-url.
+
+Examples:
+  tapflow tap --config /etc/tapflow/tapflow.yaml --tenant 4f0c… --zone external
+  tapflow tap --nats-url nats://127.0.0.1:4222 --node cmp7 --port 443 --limit 20
+  tapflow tap --config /etc/tapflow/tapflow.yaml --format json | jq .bytes
+
+Exit codes: 0 ok (--limit reached or interrupted), 1 failure, 2 usage.
+
+Flags:
+`
+
+// tapFilter selects the records tap prints.
+type tapFilter struct {
+	tenant, zone, node string
+	port               int32 // -1: any
+}
+
+func (f tapFilter) match(r *schemas.Flow) bool {
+	return (f.tenant == "" || r.TenantID == f.tenant) &&
+		(f.zone == "" || r.Zone == f.zone) &&
+		(f.node == "" || r.Node == f.node) &&
+		(f.port < 0 || r.SrcPort == f.port || r.DstPort == f.port)
+}
+
+// tapCmd implements `tapflow tap`.
+func tapCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tapflow tap", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (YAML): nats.url, credentials and TLS of the nats section, or nats.listen")
+	natsURL := fs.String("nats-url", "", "override nats.url")
+	tenant := fs.String("tenant", "", "only records of this tenant_id (project ID)")
+	zone := fs.String("zone", "", "only records of this zone: "+strings.Join(report.Zones, ", "))
+	node := fs.String("node", "", "only records captured on this node (reads only tapflow.flows.v1.<node>)")
+	port := fs.Int("port", -1, "only records whose src_port or dst_port is this port")
+	format := fs.String("format", "table", "table or json (one record per line)")
+	limit := fs.Int("limit", 0, "exit after this many records (0: until interrupted)")
+	timeout := fs.Duration("timeout", 30*time.Second, "bound on connecting and on creating the consumer")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, tapUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "tapflow tap: "+format+"\n", a...)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q; flags only (see tapflow tap --help)", fs.Arg(0))
+	}
+	if *format != "table" && *format != "json" {
+		return usageErr("--format %q: use table or json", *format)
+	}
+	if *zone != "" && !contains(report.Zones, *zone) {
+		return usageErr("--zone %q: unknown; use one of %s", *zone, strings.Join(report.Zones, ", "))
+	}
+	if *port < -1 || *port > 65535 {
+		return usageErr("--port %d: use 0..65535", *port)
+	}
+	if *limit < 0 {
+		return usageErr("--limit %d: use 0 (no limit) or more", *limit)
+	}
+	if strings.ContainsAny(*node, ".*> \t") {
+		return usageErr("--node %q: a node name, without NATS wildcards or dots", *node)
+	}
+	cfg, err := loadConfig(*cfgPath, func(c *config.Config) { set(&c.NATS.URL, *natsURL) })
+	if err != nil {
+		fmt.Fprintf(stderr, "tapflow tap: invalid config:\n%s\n", indent(err))
+		return exitUsage
+	}
+	ncfg := cfg.NATS
+	if ncfg.URL == "" && ncfg.Listen != "" {
+		ncfg.URL = "nats://" + ncfg.Listen
+	}
+	if ncfg.URL == "" {
+		return usageErr("no NATS to connect to: nats.url is empty and nats.listen is not set, so an embedded server is reachable only inside its own process; set nats.listen (e.g. 127.0.0.1:4222) on the running tapflow, or give --nats-url / --config with nats.url")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f := tapFilter{tenant: *tenant, zone: *zone, node: *node, port: int32(*port)}
+	if err := tap(ctx, ncfg, f, *format, *limit, *timeout, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "tapflow tap: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string, limit int, timeout time.Duration, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := transport.Connect(cctx, ncfg, "tapflow-tap", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(timeout))
+	if err != nil {
+		return err
+	}
+	subject := transport.FlowsSubjectRoot + ".>"
+	if f.node != "" {
+		subject = transport.FlowsSubject(f.node)
+	}
+	// Ordered consumer: ephemeral, AckNone, flow-controlled, recreated by
+	// the client on a gap; the collector's durable never notices it.
+	cons, err := js.OrderedConsumer(cctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer on %s: %w", transport.FlowsStream, err)
+	}
+	cancel()
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", transport.FlowsStream, err)
+	}
+	defer msgs.Stop()
+	go func() { <-ctx.Done(); msgs.Stop() }()
+	fmt.Fprintf(stderr, "tapping %s (new records only; Ctrl-C stops)\n", subject)
+
+	d := consume.DefaultConfig()
+	dec, err := schemas.NewDecoder().Limited(int64(d.MaxMessageBytes), d.MaxBatchRecords)
+	if err != nil {
+		return err
+	}
+	out := newTapWriter(stdout, format)
+	printed := 0
+	var recs []schemas.Flow
+	for {
+		msg, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("consume %s: %w", transport.FlowsStream, err)
+		}
+		recs, err = dec.Decode(recs[:0], msg.Data())
+		if err != nil {
+			fmt.Fprintf(stderr, "tapflow tap: skipping message on %s (%s): %v\n", msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), err)
+			continue
+		}
+		for i := range recs {
+			if !f.match(&recs[i]) {
+				continue
+			}
+			if err := out.write(&recs[i]); err != nil {
+				return err
+			}
+			if printed++; limit > 0 && printed >= limit {
+				return nil
+			}
+		}
+	}
+}
+
+// tapWriter prints records as aligned table lines or JSON lines.
+type tapWriter struct {
+	w      io.Writer
+	json   *json.Encoder
+	header bool
+}
+
+func newTapWriter(w io.Writer, format string) *tapWriter {
+	t := &tapWriter{w: w}
+	if format == "json" {
+		t.json = json.NewEncoder(w)
+	}
+	return t
+}
+
+const tapRow = "%-15s  %-12s  %-14s  %-3s  %-36s  %-12s  %-5s  %-45s  %-45s  %8s  %10s\n"
+
+func (t *tapWriter) write(r *schemas.Flow) error {
+	if t.json != nil {
+		return t.json.Encode(r)
+	}
+	if !t.header {
+		t.header = true
+		if _, err := fmt.Fprintf(t.w, tapRow, "time_end", "node", "ifname", "dir", "tenant_id", "zone", "proto", "src", "dst", "packets", "bytes"); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(t.w, tapRow,
+		time.UnixMicro(r.TimeEnd).UTC().Format("15:04:05.000000"), r.Node, r.Ifname, r.Direction, r.TenantID, r.Zone,
+		protoName(r.Protocol), hostPort(r.SrcIP, r.SrcPort), hostPort(r.DstIP, r.DstPort),
+		strconv.FormatInt(r.Packets, 10), strconv.FormatInt(r.Bytes, 10))
+	return err
+}
+
+func protoName(p int32) string {
+	switch p {
+	case 1:
+		return "icmp"
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 58:
+		return "icmp6"
+	case 132:
+		return "sctp"
+	}
+	return strconv.Itoa(int(p))
+}
+
+func hostPort(ip string, port int32) string {
+	if port == 0 {
+		return ip
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(int(port)))
+}

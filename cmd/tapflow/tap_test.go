@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/publish"
+	"github.com/tapflow/tapflow/transport/transporttest"
+)
+
+// lockedBuffer is a bytes.Buffer tap writes to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// tapRun is one `tapflow tap` running in the background.
+type tapRun struct {
+	out, errb lockedBuffer
+	done      chan int
+	cancel    context.CancelFunc
+}
+
+// startTap runs `tapflow tap --nats-url URL args…` and returns once its
+// consumer exists (the "tapping" line), so what is published next is seen.
+func startTap(t *testing.T, s *transporttest.Server, args ...string) *tapRun {
+	t.Helper()
+	r := &tapRun{done: make(chan int, 1)}
+	go func() {
+		r.done <- run(append([]string{"tap", "--nats-url", s.ClientURL()}, args...), &r.out, &r.errb)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(r.errb.String(), "tapping ") {
+		select {
+		case code := <-r.done:
+			t.Fatalf("tap exited %d before consuming: %s", code, r.errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tap did not start within 30s: %s", r.errb.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return r
+}
+
+// wait returns tap's exit code once it exits by itself (--limit).
+func (r *tapRun) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case code := <-r.done:
+		return code
+	case <-time.After(60 * time.Second):
+		t.Fatalf("tap did not exit; stdout:\n%s\nstderr:\n%s", r.out.String(), r.errb.String())
+		return -1
+	}
+}
+
+// publishRecs sends recs as one batch through the real agent publisher of
+// node (agent "agent-<node>").
+func publishRecs(t *testing.T, s *transporttest.Server, node string, recs []schemas.Flow) {
+	t.Helper()
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-" + node, Node: node, StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *pipeline.Batch, 1)
+	in <- pipeline.NewBatch(recs, func(err error) {
+		if err != nil {
+			t.Errorf("publish: %v", err)
+		}
+	})
+	close(in)
+	if err := pub.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTapShowsRecordWithinASecond(t *testing.T) {
+	s := transporttest.Run(t, "")
+	r := startTap(t, s, "--limit", "1")
+	rec := schemas.Flow{Node: "cmp1", Ifname: "tap0a1b", Direction: "tx", TenantID: "t-live", Zone: "external", Protocol: 6,
+		SrcIP: "10.0.0.5", DstIP: "203.0.113.9", SrcPort: 40001, DstPort: 443, Packets: 3, Bytes: 4321, TimeEnd: time.Now().UnixMicro()}
+	start := time.Now()
+	publishRecs(t, s, "cmp1", []schemas.Flow{rec})
+	for !strings.Contains(r.out.String(), "4321") {
+		if time.Since(start) > time.Second {
+			t.Fatalf("record not shown %s after its publish; stdout:\n%s", time.Since(start), r.out.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("shown %s after the publish started", time.Since(start))
+	if code := r.wait(t); code != exitOK {
+		t.Fatalf("exit %d: %s", code, r.errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(r.out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "time_end") {
+		t.Fatalf("want a header and one line, got:\n%s", r.out.String())
+	}
+	for _, want := range []string{"cmp1", "tap0a1b", "t-live", "external", "tcp", "10.0.0.5:40001", "203.0.113.9:443", "4321"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("line %q lacks %q", lines[1], want)
+		}
+	}
+}
+
+func TestTapFilters(t *testing.T) {
+	// 2 nodes × 2 tenants × 2 zones × 2 ports, 3 records each; Bytes
+	// numbers the records so every printed one is identified.
+	var byNode = map[string][]schemas.Flow{}
+	var all []schemas.Flow
+	for _, node := range []string{"cmp1", "cmp2"} {
+		for _, tenant := range []string{"t1", "t2"} {
+			for _, zone := range []string{"same_tenant", "external"} {
+				for _, port := range []int32{443, 22} {
+					for range 3 {
+						f := schemas.Flow{Node: node, TenantID: tenant, Zone: zone, SrcPort: 50000, DstPort: port, Protocol: 6,
+							Bytes: int64(len(all) + 1), Packets: 1, TimeEnd: time.Now().UnixMicro()}
+						all = append(all, f)
+						byNode[node] = append(byNode[node], f)
+					}
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		keep func(schemas.Flow) bool
+	}{
+		{[]string{"--tenant", "t2"}, func(f schemas.Flow) bool { return f.TenantID == "t2" }},
+		{[]string{"--zone", "external"}, func(f schemas.Flow) bool { return f.Zone == "external" }},
+		{[]string{"--node", "cmp2"}, func(f schemas.Flow) bool { return f.Node == "cmp2" }},
+		{[]string{"--port", "22"}, func(f schemas.Flow) bool { return f.DstPort == 22 }},
+		{[]string{"--port", "50000", "--tenant", "t1", "--zone", "same_tenant", "--node", "cmp1"}, func(f schemas.Flow) bool {
+			return f.TenantID == "t1" && f.Zone == "same_tenant" && f.Node == "cmp1"
+		}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			s := transporttest.Run(t, "")
+			want := map[int64]bool{}
+			for _, f := range all {
+				if tc.keep(f) {
+					want[f.Bytes] = true
+				}
+			}
+			r := startTap(t, s, append(tc.args, "--format", "json", "--limit", fmt.Sprint(len(want)))...)
+			// Records outside the filter go first: printing any of them,
+			// or stopping before the last match, fails the test.
+			publishRecs(t, s, "cmp1", byNode["cmp1"])
+			publishRecs(t, s, "cmp2", byNode["cmp2"])
+			if code := r.wait(t); code != exitOK {
+				t.Fatalf("exit %d: %s", code, r.errb.String())
+			}
+			got := map[int64]bool{}
+			for _, line := range strings.Split(strings.TrimSpace(r.out.String()), "\n") {
+				var f schemas.Flow
+				if err := json.Unmarshal([]byte(line), &f); err != nil {
+					t.Fatalf("line %q: %v", line, err)
+				}
+				if !tc.keep(f) || got[f.Bytes] {
+					t.Fatalf("printed a record outside the filter, or twice: %s", line)
+				}
+				got[f.Bytes] = true
+			}
+			if len(got) != len(want) {
+				t.Fatalf("printed %d records, want %d", len(got), len(want))
+			}
+		})
+	}
+}
+
+// TestTapLeavesTheCollectorAlone: while tap runs, the collector's durable
+// still gets every message, and the stream keeps nothing for tap.
+func TestTapLeavesTheCollectorAlone(t *testing.T) {
+	s := transporttest.Run(t, "")
+	r := startTap(t, s, "--limit", "5")
+	recs := make([]schemas.Flow, 5)
+	for i := range recs {
+		recs[i] = schemas.Flow{Node: "cmp1", TenantID: "t1", Bytes: int64(i + 1), TimeEnd: time.Now().UnixMicro()}
+	}
+	publishRecs(t, s, "cmp1", recs)
+	if code := r.wait(t); code != exitOK {
+		t.Fatalf("exit %d: %s", code, r.errb.String())
+	}
+	ctx := context.Background()
+	cons, err := s.JS.Consumer(ctx, transport.FlowsStream, transport.DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 1 || info.Delivered.Consumer != 0 {
+		t.Fatalf("collector durable: %d pending, %d delivered; want the 1 batch pending, none taken", info.NumPending, info.Delivered.Consumer)
+	}
+}
+
+func TestTapUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"tap", "--help"}, exitOK, "ordered ephemeral consumer"},
+		{[]string{"tap", "--format", "xml"}, exitUsage, `--format "xml": use table or json`},
+		{[]string{"tap", "--zone", "moon"}, exitUsage, `--zone "moon": unknown`},
+		{[]string{"tap", "--port", "70000"}, exitUsage, "--port 70000"},
+		{[]string{"tap", "--node", "cmp.*"}, exitUsage, "without NATS wildcards"},
+		{[]string{"tap"}, exitUsage, "no NATS to connect to"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -54,6 +54,19 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 			}
 		})
 	}
+	t.Run("docs/schema.md", func(t *testing.T) {
+		want, err := gen.RenderDoc(columns.Tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(gen.DocFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("docs/schema.md is stale (the column table changed): run make generate")
+		}
+	})
 }
 
 // tableCase is what the schema tests need of one record type.

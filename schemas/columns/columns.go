@@ -49,6 +49,12 @@ type Column struct {
 	// uses DELTA_BINARY_PACKED, measured ~20% faster and smaller than plain.
 	Delta bool
 	Doc   string
+	// Unit of a number (bytes, packets, µs…); timestamps need none.
+	// docs/schema.md shows it.
+	Unit string
+	// Empty says when the value is empty ('', 0, a sentinel) and what
+	// that means; blank: always set. docs/schema.md shows it.
+	Empty string
 }
 
 // SchemaName is the value of the tapflow.schema key in Parquet key-value
@@ -62,6 +68,7 @@ const MeterSchemaName = "meter.v1"
 // file, and its columns.
 type Table struct {
 	Name    string // schema name: flow.v1
+	Doc     string // what one record is (docs/schema.md)
 	Type    string // Go type in package schemas: Flow
 	File    string // generated file in package schemas: flow_gen.go
 	Columns []Column
@@ -69,8 +76,10 @@ type Table struct {
 
 // Tables lists every record type the generator renders.
 var Tables = []Table{
-	{Name: SchemaName, Type: "Flow", File: "flow_gen.go", Columns: FlowV1},
-	{Name: MeterSchemaName, Type: "Meter", File: "meter_gen.go", Columns: MeterV1},
+	{Name: SchemaName, Type: "Flow", File: "flow_gen.go", Columns: FlowV1,
+		Doc: "One flow.v1 record is what one tap saw of one flow (5-tuple, VLAN, direction) between time_start and time_end, attributed to a tenant and a zone. A long flow yields several records (active_timeout); sum bytes and packets over records, never take one as the whole flow."},
+	{Name: MeterSchemaName, Type: "Meter", File: "meter_gen.go", Columns: MeterV1,
+		Doc: "One meter.v1 record is what the kernel counted on one tap and direction between time_start and time_end. Every counter is the delta since the previous meter record of that tap and direction; Σ flow.v1 bytes (packets) of a tap and direction = Σ meter.v1 bytes (packets) − Σ lost_bytes (lost_packets)."},
 }
 
 // FlowV1 is the flow.v1 record, in column order (DESIGN §4).
@@ -82,25 +91,25 @@ var FlowV1 = []Column{
 	{Name: "direction", GoName: "Direction", Kind: String, Dict: true, Doc: "tx (VM sends) or rx (VM receives), from the VM's point of view"},
 	{Name: "vm_mac", GoName: "VMMAC", Kind: String, Dict: true, Doc: "VM-side MAC after the directional swap"},
 	{Name: "peer_mac", GoName: "PeerMAC", Kind: String, Dict: true, Doc: "far-side MAC after the directional swap"},
-	{Name: "vlan_id", GoName: "VLANID", Kind: Int32, Doc: "802.1Q VLAN id; 0 when untagged"},
+	{Name: "vlan_id", GoName: "VLANID", Kind: Int32, Doc: "802.1Q VLAN id; 0 when untagged", Empty: "0: untagged"},
 	{Name: "ip_version", GoName: "IPVersion", Kind: Int32, Doc: "4 or 6"},
 	{Name: "protocol", GoName: "Protocol", Kind: Int32, Doc: "IANA protocol number"},
 	{Name: "src_ip", GoName: "SrcIP", Kind: String, Doc: "source address as on the wire"},
 	{Name: "dst_ip", GoName: "DstIP", Kind: String, Doc: "destination address as on the wire"},
-	{Name: "src_port", GoName: "SrcPort", Kind: Int32, Doc: "source port; 0 when not TCP/UDP/SCTP"},
-	{Name: "dst_port", GoName: "DstPort", Kind: Int32, Doc: "destination port; 0 when not TCP/UDP/SCTP"},
-	{Name: "tcp_flags", GoName: "TCPFlags", Kind: Int32, Doc: "OR of the TCP flags seen"},
-	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "packets covered by this record"},
-	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) covered by this record"},
+	{Name: "src_port", GoName: "SrcPort", Kind: Int32, Doc: "source port; 0 when not TCP/UDP/SCTP", Empty: "0: not TCP, UDP or SCTP"},
+	{Name: "dst_port", GoName: "DstPort", Kind: Int32, Doc: "destination port; 0 when not TCP/UDP/SCTP", Empty: "0: not TCP, UDP or SCTP"},
+	{Name: "tcp_flags", GoName: "TCPFlags", Kind: Int32, Doc: "OR of the TCP flags seen", Unit: "bit mask (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80)", Empty: "0: not TCP"},
+	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "packets covered by this record", Unit: "packets"},
+	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) covered by this record", Unit: "bytes (L2 frame, skb->len)"},
 	{Name: "end_reason", GoName: "EndReason", Kind: String, Dict: true, Doc: "fin, rst, active_timeout, idle_timeout, overflow or shutdown"},
-	{Name: "tenant_id", GoName: "TenantID", Kind: String, Dict: true, Doc: "Keystone project UUID owning the VM port (the LB owner for amphorae), or unknown"},
-	{Name: "server_id", GoName: "ServerID", Kind: String, Dict: true, Doc: "Nova instance UUID; '' when unknown"},
-	{Name: "port_id", GoName: "PortID", Kind: String, Dict: true, Doc: "Neutron port UUID; '' when unknown"},
+	{Name: "tenant_id", GoName: "TenantID", Kind: String, Dict: true, Doc: "Keystone project UUID owning the VM port (the LB owner for amphorae), or unknown", Empty: "unknown: the VM MAC matches no inventory port (zone miss)"},
+	{Name: "server_id", GoName: "ServerID", Kind: String, Dict: true, Doc: "Nova instance UUID; '' when unknown", Empty: "'': the port has no Nova instance (amphora, unknown VM)"},
+	{Name: "port_id", GoName: "PortID", Kind: String, Dict: true, Doc: "Neutron port UUID; '' when unknown", Empty: "'': the tap matches no Neutron port"},
 	{Name: "zone", GoName: "Zone", Kind: String, Dict: true, Doc: "same_tenant, other_tenant, shared, external, infra, multicast or miss"},
-	{Name: "peer_tenant_id", GoName: "PeerTenantID", Kind: String, Dict: true, Doc: "tenant of the far end when known, else ''"},
-	{Name: "external_network", GoName: "ExternalNetwork", Kind: String, Dict: true, Doc: "external network name (ID when nameless) on external records, else none"},
-	{Name: "lb_id", GoName: "LBID", Kind: String, Dict: true, Doc: "Octavia load balancer when the tap is an amphora's, else ''"},
-	{Name: "lb_segment", GoName: "LBSegment", Kind: Int32, Doc: "1 (client ↔ VIP), 2 (amphora ↔ member), 0 otherwise"},
+	{Name: "peer_tenant_id", GoName: "PeerTenantID", Kind: String, Dict: true, Doc: "tenant of the far end when known, else ''", Empty: "'': the far end is no known tenant's (external, infra, shared router, unknown)"},
+	{Name: "external_network", GoName: "ExternalNetwork", Kind: String, Dict: true, Doc: "external network name (ID when nameless) on external records, else none", Empty: "none: the record is not external"},
+	{Name: "lb_id", GoName: "LBID", Kind: String, Dict: true, Doc: "Octavia load balancer when the tap is an amphora's, else ''", Empty: "'': the tap is not an Octavia amphora's"},
+	{Name: "lb_segment", GoName: "LBSegment", Kind: Int32, Doc: "1 (client ↔ VIP), 2 (amphora ↔ member), 0 otherwise", Empty: "0: not load-balancer traffic"},
 	{Name: "agent_id", GoName: "AgentID", Kind: String, Dict: true, Doc: "agent that produced the record; with batch_seq and record_index the unique record identity"},
 	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent batch that carried the record"},
 	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},
@@ -119,12 +128,12 @@ var MeterV1 = []Column{
 	{Name: "node", GoName: "Node", Kind: String, Dict: true, Doc: "compute host that captured the record"},
 	{Name: "ifname", GoName: "Ifname", Kind: String, Dict: true, Doc: "tap device"},
 	{Name: "direction", GoName: "Direction", Kind: String, Dict: true, Doc: "tx (VM sends) or rx (VM receives), from the VM's point of view"},
-	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "IP packets the program saw in the interval"},
-	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) of those packets"},
-	{Name: "lost_packets", GoName: "LostPackets", Kind: Int64, Doc: "packets counted but not exported (ring buffer full)"},
-	{Name: "lost_bytes", GoName: "LostBytes", Kind: Int64, Doc: "bytes counted but not exported (ring buffer full)"},
-	{Name: "failed_updates", GoName: "FailedUpdates", Kind: Int64, Doc: "flow-table updates that failed (the packet went out as an overflow record)"},
-	{Name: "skipped_non_ip", GoName: "SkippedNonIP", Kind: Int64, Doc: "non-IP frames seen and not counted in packets or bytes"},
+	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "IP packets the program saw in the interval", Unit: "packets"},
+	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) of those packets", Unit: "bytes (L2 frame, skb->len)"},
+	{Name: "lost_packets", GoName: "LostPackets", Kind: Int64, Doc: "packets counted but not exported (ring buffer full)", Unit: "packets", Empty: "0: nothing lost"},
+	{Name: "lost_bytes", GoName: "LostBytes", Kind: Int64, Doc: "bytes counted but not exported (ring buffer full)", Unit: "bytes", Empty: "0: nothing lost"},
+	{Name: "failed_updates", GoName: "FailedUpdates", Kind: Int64, Doc: "flow-table updates that failed (the packet went out as an overflow record)", Unit: "flow-table updates", Empty: "0: none failed"},
+	{Name: "skipped_non_ip", GoName: "SkippedNonIP", Kind: Int64, Doc: "non-IP frames seen and not counted in packets or bytes", Unit: "frames", Empty: "0: none"},
 	{Name: "agent_id", GoName: "AgentID", Kind: String, Dict: true, Doc: "agent that produced the record; with batch_seq and record_index the unique record identity"},
 	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent meter batch that carried the record"},
 	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},

@@ -18,7 +18,7 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-go test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,9 +41,12 @@ TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-maybe
 test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	@$(MAKE) --no-print-directory -j$(words $(TEST_PHASES)) -Otarget $(TEST_PHASES)
 
-test-go: ## The main module's tests (-race), the biggest phase of make test.
+test-go: examples-deps ## The main module's tests (-race), the biggest phase of make test.
 	@start=$$(date +%s); $(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./... && \
 	 echo "test-go: passed in $$(($$(date +%s) - start))s"
+
+examples-deps: ## npm ci for the JavaScript example subscriber (examples/js-subscriber), which test-go runs; a no-op when installed.
+	@cd examples/js-subscriber && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; }
 
 test-openstack-maybe:
 	@$(if $(IS_ROOT),start=$$(date +%s); $(MAKE) --no-print-directory test-openstack && echo "test-openstack: passed in $$(($$(date +%s) - start))s",echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")

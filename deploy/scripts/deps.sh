@@ -15,6 +15,9 @@ command -v bpftool >/dev/null || need+=(bpftool)
 command -v nft >/dev/null || need+=(nftables)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v keepalived >/dev/null || need+=(keepalived)
+# the JavaScript example subscriber (examples/js-subscriber, run by test-go)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 
 if ((${#need[@]} == 0)); then
 	exit 0

@@ -31,8 +31,8 @@ Print flow.v1 records live, as agents publish them to NATS (TAPFLOW_FLOWS).
 
 tap reads through an ordered ephemeral consumer that starts at new messages
 (DeliverNew) and acks nothing: it never takes a message from the collector,
-never holds one in the stream, and the server deletes it seconds after tap
-exits. A record shows within a second of its batch's publish; the agent
+and holds one in the stream only until it was sent to tap. tap deletes it
+at exit (the server does within 10s if tap is killed). A record shows within a second of its batch's publish; the agent
 publishes a batch when it is full or agent.batch_timeout passed.
 
 Filters combine (AND): --node reads only that node's subject
@@ -55,6 +55,11 @@ Exit codes: 0 ok (--limit reached or interrupted), 1 failure, 2 usage.
 
 Flags:
 `
+
+// tapInactive is how soon the server deletes a tap consumer nobody pulls
+// from (a killed tap): the ordered consumer's pulls keep it alive while
+// tap runs.
+const tapInactive = 10 * time.Second
 
 // tapFilter selects the records tap prints.
 type tapFilter struct {
@@ -153,11 +158,15 @@ func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string,
 	if f.node != "" {
 		subject = transport.FlowsSubject(f.node)
 	}
-	// Ordered consumer: ephemeral, AckNone, flow-controlled, recreated by
-	// the client on a gap; the collector's durable never notices it.
+	// Ordered consumer: ephemeral, AckNone, recreated by the client on a
+	// gap; the collector's durable never notices it. Under interest
+	// retention an AckNone consumer still holds what it has not been sent
+	// yet, so it is deleted at exit, and by the server within
+	// tapInactive should tap die without deleting it.
 	cons, err := js.OrderedConsumer(cctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		FilterSubjects:    []string{subject},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		InactiveThreshold: tapInactive,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", transport.FlowsStream, err)
@@ -167,7 +176,16 @@ func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string,
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", transport.FlowsStream, err)
 	}
-	defer msgs.Stop()
+	defer func() {
+		msgs.Stop()
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if info := cons.CachedInfo(); info != nil {
+			if err := js.DeleteConsumer(dctx, transport.FlowsStream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				log.Warn("deleting the tap consumer; the server drops it after "+tapInactive.String(), "consumer", info.Name, "err", err)
+			}
+		}
+	}()
 	go func() { <-ctx.Done(); msgs.Stop() }()
 	fmt.Fprintf(stderr, "tapping %s (new records only; Ctrl-C stops)\n", subject)
 

@@ -210,6 +210,19 @@ func TestTapLeavesTheCollectorAlone(t *testing.T) {
 	if info.NumPending != 1 || info.Delivered.Consumer != 0 {
 		t.Fatalf("collector durable: %d pending, %d delivered; want the 1 batch pending, none taken", info.NumPending, info.Delivered.Consumer)
 	}
+	// tap deleted its consumer: nothing but the collector holds messages.
+	st, err := s.JS.Stream(ctx, transport.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(ctx)
+	var got []string
+	for n := range names.Name() {
+		got = append(got, n)
+	}
+	if names.Err() != nil || len(got) != 1 || got[0] != transport.DefaultDurable {
+		t.Fatalf("consumers on %s after tap exited: %v (%v), want only %s", transport.FlowsStream, got, names.Err(), transport.DefaultDurable)
+	}
 }
 
 func TestTapUsage(t *testing.T) {

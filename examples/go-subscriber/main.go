@@ -91,6 +91,9 @@ func consumer(ctx context.Context, js jetstream.JetStream, durable string) (jets
 		return js.OrderedConsumer(ctx, "TAPFLOW_FLOWS", jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{"tapflow.flows.v1.>"},
 			DeliverPolicy:  jetstream.DeliverNewPolicy,
+			// Not yet sent messages stay in the stream for it: let the
+			// server drop it soon after this process is gone.
+			InactiveThreshold: 10 * time.Second,
 		})
 	}
 	return js.CreateOrUpdateConsumer(ctx, "TAPFLOW_FLOWS", jetstream.ConsumerConfig{

@@ -58,8 +58,10 @@ if (args.durable) {
   });
   consumer = await js.consumers.get(STREAM, args.durable);
 } else {
-  // Ordered consumer: ephemeral, no acks; never disturbs the collector.
-  consumer = await js.consumers.get(STREAM, { filterSubjects: [FILTER], deliver_policy: DeliverPolicy.New });
+  // Ordered consumer: ephemeral, no acks; never takes the collector's
+  // messages. It holds the ones not sent to it yet, so the server drops it
+  // 10 s (milliseconds here) after this process stops pulling.
+  consumer = await js.consumers.get(STREAM, { filterSubjects: [FILTER], deliver_policy: DeliverPolicy.New, inactive_threshold: 10_000 });
 }
 const messages = await consumer.consume();
 process.on("SIGINT", () => messages.stop());

@@ -105,3 +105,39 @@ func TestEveryMessageCarriesTheContract(t *testing.T) {
 		})
 	}
 }
+
+// TestMeterMessagesCarryTheContract: meter.v1 batches get the same
+// headers, naming their own schema.
+func TestMeterMessagesCarryTheContract(t *testing.T) {
+	s := transporttest.Run(t, "")
+	pub, err := publish.NewMeters(s.JS, publish.MeterOptions{AgentID: "agent-x", Node: "cmp9", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *pipeline.BatchOf[schemas.Meter], 1)
+	b := pipeline.NewBatchOf([]schemas.Meter{{Node: "cmp9", Ifname: "tap1", Direction: "tx", Bytes: 5, TimeEnd: time.Now().UnixMicro()}}, func(err error) {
+		if err != nil {
+			t.Errorf("publish: %v", err)
+		}
+	})
+	in <- b
+	close(in)
+	if err := pub.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := s.JS.OrderedConsumer(ctx, transport.MetersStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := msg.Headers()
+	if h.Get(transport.HeaderSchema) != "meter.v1" || h.Get(transport.HeaderCodec) != "zstd" || h.Get(transport.HeaderRecords) != "1" ||
+		h.Get(transport.HeaderBatchSeq) != strconv.FormatInt(b.Seq, 10) || h.Get(transport.HeaderAgent) != "agent-x" {
+		t.Fatalf("meter headers %v", h)
+	}
+}

@@ -54,16 +54,7 @@ func TestEveryMessageCarriesTheContract(t *testing.T) {
 			}
 			seq = b.Seq
 
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			cons, err := s.JS.OrderedConsumer(ctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
+			msg := firstMessage(t, s, transport.FlowsStream)
 			h := msg.Headers()
 			for k, v := range map[string]string{
 				transport.HeaderSchema: "flow.v1", transport.HeaderCodec: codec, transport.HeaderRecords: "1234",
@@ -125,9 +116,19 @@ func TestMeterMessagesCarryTheContract(t *testing.T) {
 	if err := pub.Run(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
+	h := firstMessage(t, s, transport.MetersStream).Headers()
+	if h.Get(transport.HeaderSchema) != "meter.v1" || h.Get(transport.HeaderCodec) != "zstd" || h.Get(transport.HeaderRecords) != "1" ||
+		h.Get(transport.HeaderBatchSeq) != strconv.FormatInt(b.Seq, 10) || h.Get(transport.HeaderAgent) != "agent-x" {
+		t.Fatalf("meter headers %v", h)
+	}
+}
+
+// firstMessage reads the stream's first message as a subscriber would.
+func firstMessage(t *testing.T, s *transporttest.Server, stream string) jetstream.Msg {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := s.JS.OrderedConsumer(ctx, transport.MetersStream, jetstream.OrderedConsumerConfig{})
+	cons, err := s.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +136,5 @@ func TestMeterMessagesCarryTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := msg.Headers()
-	if h.Get(transport.HeaderSchema) != "meter.v1" || h.Get(transport.HeaderCodec) != "zstd" || h.Get(transport.HeaderRecords) != "1" ||
-		h.Get(transport.HeaderBatchSeq) != strconv.FormatInt(b.Seq, 10) || h.Get(transport.HeaderAgent) != "agent-x" {
-		t.Fatalf("meter headers %v", h)
-	}
+	return msg
 }

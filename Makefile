@@ -79,7 +79,7 @@ lint: ## gofmt, go vet and the generated-code check.
 	@$(MAKE) --no-print-directory compat-vet
 	@$(MAKE) --no-print-directory check-generate
 
-generate: bpf-generate ## Regenerate committed code: flow.v1 struct (schemas) and the eBPF objects (Debian clang).
+generate: bpf-generate ## Regenerate committed code: flow.v1/meter.v1 structs and docs/schema.md (schemas), the eBPF objects (Debian clang).
 	$(GO) generate ./schemas/...
 
 check-generate: ## Fail when committed generated code is stale.

@@ -6,8 +6,10 @@
 // [DecoderOf]. [Encoder], [Decoder], [ToArrow], [FromArrow], [ArrowSchema]
 // and [ParquetSchema] are the flow.v1 shorthands.
 //
-// Regenerate flow_gen.go and meter_gen.go after changing a column table:
-// `make generate`.
+// Regenerate flow_gen.go, meter_gen.go and docs/schema.md after changing
+// a column table: `make generate`. [BodyCodec] and the Tapflow-* headers
+// (package transport) complete the subscriber contract
+// (docs/subscribers.md).
 package schemas
 
 //go:generate go run ./internal/schemagen .

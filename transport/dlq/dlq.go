@@ -135,6 +135,12 @@ func List(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Letter)
 	}
 }
 
+// dlqHeaders are the headers the collector adds to a dead letter.
+var dlqHeaders = map[string]bool{
+	transport.HeaderOrigSubject: true, transport.HeaderOrigSeq: true, transport.HeaderOrigStream: true,
+	transport.HeaderOrigMsgID: true, transport.HeaderReason: true, transport.HeaderError: true,
+}
+
 // Outcome of replaying one dead letter.
 type Outcome string
 
@@ -215,7 +221,9 @@ func replayOne(ctx context.Context, js jetstream.JetStream, st jetstream.Stream,
 	}
 	m := &nats.Msg{Subject: l.OrigSubject, Data: l.data, Header: nats.Header{}}
 	for k, v := range l.header {
-		if !strings.HasPrefix(k, "Nats-") && !strings.HasPrefix(k, "Tapflow-") {
+		// The batch's own headers (Tapflow-Schema, -Codec, …: the
+		// subscriber contract) go back; JetStream's and the DLQ's do not.
+		if !strings.HasPrefix(k, "Nats-") && !dlqHeaders[k] {
 			m.Header[k] = v
 		}
 	}

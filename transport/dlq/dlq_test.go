@@ -79,3 +79,52 @@ func TestReplayOutcomes(t *testing.T) {
 		t.Fatalf("DLQ keeps %d letters (want 1), flow stream %d messages (want 1)", n, info.State.Msgs)
 	}
 }
+
+// TestReplayKeepsTheBatchHeaders: a replayed letter goes back with the
+// batch's contract headers (Tapflow-Schema, -Codec, …) and without the
+// DLQ's own.
+func TestReplayKeepsTheBatchHeaders(t *testing.T) {
+	s := transporttest.Run(t, "")
+	ctx := context.Background()
+	subj := transport.FlowsSubject("cmp1")
+	m := &nats.Msg{Subject: transport.DLQFlowsSubject, Data: []byte("x"),
+		Header: transport.BatchHeader("flow.v1", "zstd", "agent-q", 5, 1)}
+	m.Header.Set(transport.HeaderOrigSubject, subj)
+	m.Header.Set(transport.HeaderOrigSeq, "9")
+	m.Header.Set(transport.HeaderOrigStream, transport.FlowsStream)
+	m.Header.Set(transport.HeaderOrigMsgID, "agent-q-5")
+	m.Header.Set(transport.HeaderReason, "time")
+	m.Header.Set(transport.HeaderError, "time: 2h ahead")
+	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	got := map[dlq.Outcome]int{}
+	if err := dlq.Replay(ctx, s.JS, dlq.Filter{}, false, 10*time.Second, func(r dlq.Result) { got[r.Outcome]++ }); err != nil {
+		t.Fatal(err)
+	}
+	if got[dlq.Replayed] != 1 {
+		t.Fatalf("outcomes %v", got)
+	}
+	st, err := s.JS.Stream(ctx, transport.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := st.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := transport.BatchHeader("flow.v1", "zstd", "agent-q", 5, 1)
+	for k := range want {
+		if back.Header.Get(k) != want.Get(k) {
+			t.Errorf("replayed %s = %q, want %q", k, back.Header.Get(k), want.Get(k))
+		}
+	}
+	for k := range back.Header {
+		if k == transport.HeaderReason || k == transport.HeaderError || k == transport.HeaderOrigSubject {
+			t.Errorf("replayed message keeps DLQ header %s", k)
+		}
+	}
+	if back.Header.Get(jetstream.MsgIDHeader) != "agent-q-5" {
+		t.Errorf("replayed Nats-Msg-Id %q", back.Header.Get(jetstream.MsgIDHeader))
+	}
+}

@@ -81,37 +81,36 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-// buildGo builds the Go example (its own module) once.
-var buildGo = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "tapflow-go-subscriber-")
-	if err != nil {
-		return "", err
-	}
+// buildGo builds the Go example (its own module) into dir.
+func buildGo(t *testing.T, dir string) string {
+	t.Helper()
 	bin := filepath.Join(dir, "go-subscriber")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = "go-subscriber"
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build examples/go-subscriber: %v\n%s", err, out)
+		t.Fatalf("go build examples/go-subscriber: %v\n%s", err, out)
 	}
-	return bin, nil
-})
+	return bin
+}
 
 // npmCI installs the JS example's locked dependencies when they are
 // missing (make test does it first: make examples-deps).
-var npmCI = sync.OnceValue(func() error {
+func npmCI(t *testing.T) {
+	t.Helper()
 	if _, err := os.Stat("js-subscriber/node_modules/apache-arrow/package.json"); err == nil {
-		return nil
+		return
 	}
 	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 	cmd.Dir = "js-subscriber"
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("npm ci in examples/js-subscriber (node and npm come from Debian's nodejs and npm packages; make deps installs them): %v\n%s", err, out)
+		t.Fatalf("npm ci in examples/js-subscriber (node and npm come from Debian's nodejs and npm packages; make deps installs them): %v\n%s", err, out)
 	}
-	return nil
-})
+}
 
 func TestExampleSubscribers(t *testing.T) {
+	bin := buildGo(t, t.TempDir())
+	npmCI(t)
 	bs, want := batches()
 	total := 0
 	for _, b := range bs {
@@ -142,15 +141,8 @@ func TestExampleSubscribers(t *testing.T) {
 			var cmd *exec.Cmd
 			switch tc.example {
 			case "go":
-				bin, err := buildGo()
-				if err != nil {
-					t.Fatal(err)
-				}
 				cmd = exec.Command(bin, args...)
 			case "js":
-				if err := npmCI(); err != nil {
-					t.Fatal(err)
-				}
 				cmd = exec.Command("node", append([]string{"subscriber.mjs"}, args...)...)
 				cmd.Dir = "js-subscriber"
 			}

@@ -231,18 +231,58 @@ func TestWrongCredentials(t *testing.T) {
 	})
 }
 
+// TestRedact: every URL form nats.go accepts loses its user information
+// (password, or a token standing alone) and keeps its hosts.
 func TestRedact(t *testing.T) {
-	for _, u := range []string{
-		"nats://user:hunter2@a:4222", "user:hunter2@a:4222", "hunter2@a:4222", "nats://hunter2@a",
-		"tls://u:hunter2@a:4222,nats://v:hunter2@b:4222", "nats://u:hun@ter2hunter2@a:4222", "nats://u:hunter2@a:bad port",
-		"wss://u:hunter2@[::1]:443",
+	for _, c := range []struct{ in, want string }{
+		{"nats://user:hunter2@a:4222", "nats://REDACTED@a:4222"},
+		{"user:hunter2@a:4222", "REDACTED@a:4222"},
+		{"hunter2@a:4222", "REDACTED@a:4222"},
+		{"nats://hunter2@a", "nats://REDACTED@a"},
+		{"tls://u:hunter2@a:4222,nats://v:hunter2@b:4222", "tls://REDACTED@a:4222,nats://REDACTED@b:4222"},
+		{"nats://a:4222, u:hunter2@b:4222", "nats://a:4222,REDACTED@b:4222"},
+		{"nats://u:hun@ter2hunter2@a:4222", "nats://REDACTED@a:4222"},
+		{"nats://u:hunter2@a:bad port", "nats://REDACTED@a:bad port"},
+		{"wss://u:hunter2@[::1]:443", "wss://REDACTED@[::1]:443"},
+		{"ws://hunter2@h:8080", "ws://REDACTED@h:8080"},
+		{"u:hunter2@[::1]:4222", "REDACTED@[::1]:4222"},
+		{"nats://a:4222", "nats://a:4222"},
+		{"a", "a"},
 	} {
-		r := transport.Redact(u)
+		r := transport.Redact(c.in)
 		if strings.Contains(r, "hunter2") || strings.Contains(r, "ter2") {
-			t.Errorf("redact(%q) = %q: password kept", u, r)
+			t.Errorf("redact(%q) = %q: password kept", c.in, r)
 		}
-		if !strings.Contains(r, "REDACTED@") {
-			t.Errorf("redact(%q) = %q: no marker", u, r)
+		if r != c.want {
+			t.Errorf("redact(%q) = %q, want %q", c.in, r, c.want)
+		}
+	}
+}
+
+// TestConnectedURLHidesToken: nats.go's ConnectedUrlRedacted keeps a token
+// (nats://token@host); the "connected to NATS" line must not.
+func TestConnectedURLHidesToken(t *testing.T) {
+	const token = "t0ken-hunter2"
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, Authorization: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer srv.Shutdown()
+	for _, url := range []string{"nats://" + token + "@" + srv.Addr().String(), token + "@" + srv.Addr().String()} {
+		cfg := transport.DefaultConfig()
+		cfg.URL = url
+		var logs logBuf
+		nc, err := transport.ConnectBackground(cfg, "agent", slog.New(slog.NewTextHandler(&logs, nil)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Close()
+		if !strings.Contains(logs.String(), "connected to NATS") || strings.Contains(logs.String(), token) {
+			t.Fatalf("log:\n%s", logs.String())
 		}
 	}
 }

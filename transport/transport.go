@@ -80,8 +80,34 @@ type Config struct {
 	DuplicateWindow units.Duration `yaml:"duplicate_window"`
 	// PublishTimeout bounds one publish round trip (default 10s).
 	PublishTimeout units.Duration `yaml:"publish_timeout"`
-	// CredsFile is a NATS credentials file for an external server (optional).
+	// TLS is the client side of TLS to an external NATS (custom CA,
+	// mutual TLS). docs/security.md.
+	TLS TLSConfig `yaml:"tls"`
+	// User authenticates with a password from PasswordFile (or the
+	// TAPFLOW_NATS_PASSWORD environment variable). One of user,
+	// token_file, nkey_seed_file, creds_file.
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
+	// TokenFile holds an authentication token.
+	TokenFile string `yaml:"token_file"`
+	// NkeySeedFile holds a user nkey seed (SU...).
+	NkeySeedFile string `yaml:"nkey_seed_file"`
+	// CredsFile is a NATS credentials file (JWT + nkey seed).
 	CredsFile string `yaml:"creds_file"`
+	// InboxPrefix is where replies to this client arrive (default
+	// _INBOX.<user> with nats.user, else _INBOX): least-privilege users
+	// may subscribe only to their own replies.
+	InboxPrefix string `yaml:"inbox_prefix"`
+	// ManageStreams: create and update the streams and the collector's
+	// consumers at start (nil: true). false: only wait until they exist
+	// (an agent whose NATS user may not change streams).
+	ManageStreams *bool `yaml:"manage_streams"`
+	// Server secures the embedded server (nats.listen).
+	Server ServerConfig `yaml:"server"`
+
+	// Metrics counts connection events (permission violations); set by
+	// the app, nil in tools.
+	Metrics *ConnMetrics `yaml:"-"`
 
 	// Collector is the collector's durable consumer, which EnsureStreams
 	// creates with the streams (interest retention drops a message
@@ -138,23 +164,36 @@ func (c Config) Validate() error {
 	if c.URL != "" && c.Listen != "" {
 		e.Add("listen", "set together with url", "listen only applies to the embedded server; clear one of them")
 	}
-	if c.CredsFile != "" {
-		if _, err := os.Stat(c.CredsFile); err != nil {
-			e.Add("creds_file", err.Error(), "point it at a readable NATS .creds file")
-		}
-	}
+	c.validateClientSecurity(&e)
+	c.validateServer(&e)
 	return e.Err()
 }
 
 // Embedded is an in-process nats-server with JetStream.
 type Embedded struct {
-	srv *server.Server
-	log *slog.Logger
+	srv        *server.Server
+	log        *slog.Logger
+	internalPW string // in-process password when the server has users
 }
 
 // NewEmbedded prepares (but does not start) a server storing in storeDir.
-// listen "" keeps it in-process only.
+// listen "" keeps it in-process only. It has no TLS and no users: a
+// loopback listen only (NewEmbeddedServer secures the listener).
 func NewEmbedded(storeDir, listen, name string, log *slog.Logger) (*Embedded, error) {
+	return NewEmbeddedServer(storeDir, name, Config{Listen: listen}, log)
+}
+
+// NewEmbeddedServer prepares (but does not start) a server storing in
+// storeDir, listening on cfg.Listen ("" keeps it in-process only) with
+// cfg.Server's TLS and users. It refuses a listener beyond loopback
+// without TLS and users.
+func NewEmbeddedServer(storeDir, name string, cfg Config, log *slog.Logger) (*Embedded, error) {
+	listen := cfg.Listen
+	var e units.Errors
+	cfg.validateServer(&e)
+	if err := e.Err(); err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
 		return nil, fmt.Errorf("embedded nats: create store %s: %w", storeDir, err)
 	}
@@ -183,12 +222,16 @@ func NewEmbedded(storeDir, listen, name string, log *slog.Logger) (*Embedded, er
 		}
 		opts.Host, opts.Port = h, p
 	}
+	pw, err := applyServerSecurity(opts, cfg.Server)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	srv.SetLoggerV2(&slogAdapter{log.With("component", "nats-server")}, false, false, false)
-	return &Embedded{srv: srv, log: log}, nil
+	return &Embedded{srv: srv, log: log, internalPW: pw}, nil
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -211,7 +254,11 @@ func (e *Embedded) ClientURL() string {
 
 // Connect opens an in-process client connection.
 func (e *Embedded) Connect(name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect("", append(clientOptions(name, log), nats.InProcessServer(e.srv))...)
+	opts := append(clientOptions(Config{}, name, log), nats.InProcessServer(e.srv))
+	if e.internalPW != "" {
+		opts = append(opts, nats.UserInfo(internalUser, e.internalPW))
+	}
+	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect embedded nats: %w", err)
 	}
@@ -231,16 +278,23 @@ func (e *Embedded) Close() error {
 // at once (ErrAuth), never "unreachable; retrying". The returned
 // connection reconnects forever.
 func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := append(clientOptions(name, log), credsOption(cfg)...)
+	sec, err := securityOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(clientOptions(cfg, name, log), sec...)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(cfg.URL, opts...)
 		if err == nil {
-			log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "attempts", attempt)
+			log.Info("connected to NATS", "url", connectedURL(nc), "attempts", attempt)
 			return nc, nil
 		}
 		if isAuthError(err) {
 			return nil, authError(cfg, err)
+		}
+		if isTLSError(err) {
+			return nil, fmt.Errorf("connect nats %s: TLS: %w; check nats.tls (ca_file must hold the CA that signed the server's certificate; the server may require cert_file and key_file)", redact(cfg.URL), err)
 		}
 		log.Warn("NATS unreachable; retrying (nothing to consume until it answers)", "url", redact(cfg.URL), "attempt", attempt, "retry_in", delay, "err", err)
 		select {
@@ -260,20 +314,27 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 // called once if the connection gives up for good later (the server
 // refuses the credentials once it answers).
 func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(error)) (*nats.Conn, error) {
-	opts := append(clientOptions(name, log), credsOption(cfg)...)
+	sec, err := securityOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(clientOptions(cfg, name, log), sec...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err == nil {
-		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+		log.Info("connected to NATS", "url", connectedURL(nc))
 		return nc, nil
 	}
 	if isAuthError(err) {
 		return nil, authError(cfg, err)
 	}
+	if isTLSError(err) {
+		return nil, fmt.Errorf("connect nats %s: TLS: %w; check nats.tls (ca_file must hold the CA that signed the server's certificate; the server may require cert_file and key_file)", redact(cfg.URL), err)
+	}
 	log.Warn("NATS unreachable at start; capture runs and batches go to the spool, connecting in the background",
 		"url", redact(cfg.URL), "err", err)
 	opts = append(opts,
 		nats.RetryOnFailedConnect(true),
-		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", connectedURL(nc)) }),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil && isAuthError(err) && fatal != nil {
 				fatal(authError(cfg, err))
@@ -296,18 +357,23 @@ func isAuthError(err error) bool {
 }
 
 func authError(cfg Config, err error) error {
-	return fmt.Errorf("connect nats %s: %w (%v): the server refused the credentials; fix the user and password or token in nats.url, or nats.creds_file",
-		redact(cfg.URL), ErrAuth, err)
+	return fmt.Errorf("connect nats %s as %s: %w (%v): the server refused the credentials; fix nats.user and nats.password_file (or %s), nats.token_file, nats.nkey_seed_file, nats.creds_file, or the user in nats.url",
+		redact(cfg.URL), cfg.who(), ErrAuth, err, PasswordEnv)
 }
 
-func credsOption(cfg Config) []nats.Option {
-	if cfg.CredsFile == "" {
-		return nil
-	}
-	return []nats.Option{nats.UserCredentials(cfg.CredsFile)}
+// isTLSError: a handshake or certificate failure, which retrying cannot fix.
+func isTLSError(err error) bool {
+	s := err.Error()
+	return errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+		strings.Contains(s, "x509:") || strings.Contains(s, "tls:")
 }
 
-func clientOptions(name string, log *slog.Logger) []nats.Option {
+// connectedURL is the server URL nc uses, without user information (nats.go's
+// ConnectedUrlRedacted keeps a token: nats://token@host).
+func connectedURL(nc *nats.Conn) string { return redact(nc.ConnectedUrl()) }
+
+func clientOptions(cfg Config, name string, log *slog.Logger) []nats.Option {
+	m, who := cfg.Metrics, cfg.who()
 	return []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -318,10 +384,18 @@ func clientOptions(name string, log *slog.Logger) []nats.Option {
 				log.Warn("NATS connection lost; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", connectedURL(nc)) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if isAuthError(err) {
-				log.Error("NATS refused the credentials", "err", err, "fix", "fix the user and password or token in nats.url, or nats.creds_file")
+				log.Error("NATS refused the credentials", "as", who, "err", err, "fix", "fix nats.user and nats.password_file, token_file, nkey_seed_file, creds_file or the user in nats.url")
+				return
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				// The server drops the message; a JetStream publish then
+				// times out and the publisher retries or spools it.
+				m.permissionViolation()
+				log.Error("NATS refused a publish or subscribe: permission violation; the batch is kept (retried, spooled) but cannot be delivered until the permissions are fixed",
+					"as", who, "err", err, "fix", "allow this user the subject in the server's permissions (docs/security.md); an agent publishes on tapflow.flows.v1.<node> and tapflow.meters.v1.<node> of its own node")
 				return
 			}
 			log.Warn("NATS async error", "err", err)
@@ -387,6 +461,9 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 // (replicas beyond the cluster's size, a work-queue stream) fails at once
 // with the fix.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
+	if cfg.ManageStreams != nil && !*cfg.ManageStreams {
+		return waitStreams(ctx, js, log)
+	}
 	streams := StreamConfigs(cfg)
 	consumers := CollectorConsumerConfigs(cfg.Collector)
 	delay := 500 * time.Millisecond
@@ -404,6 +481,35 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 			return err
 		}
 		log.Warn("JetStream not ready; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+// waitStreams waits until TAPFLOW_FLOWS and TAPFLOW_METERS exist
+// (nats.manage_streams: false: a least-privilege agent that may only read
+// stream info; the collector creates them).
+func waitStreams(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	delay := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		var err error
+		for _, name := range []string{FlowsStream, MetersStream} {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = js.Stream(cctx, name)
+			cancel()
+			if err != nil {
+				err = fmt.Errorf("stream %s: %w", name, err)
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		log.Warn("waiting for the JetStream streams (nats.manage_streams is false: a collector or an admin creates them)", "attempt", attempt, "retry_in", delay, "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())

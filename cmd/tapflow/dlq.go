@@ -114,6 +114,9 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	if op == "inspect" && *dryRun {
 		return usageErr("--dry-run applies to replay only")
 	}
+	if err := transport.CheckFlagURL(*natsURL); err != nil {
+		return usageErr("--nats-url: %v", err)
+	}
 	cfg, err := loadConfig(*cfgPath, func(c *config.Config) { set(&c.NATS.URL, *natsURL) })
 	if err != nil {
 		fmt.Fprintf(stderr, "tapflow dlq %s: invalid config:\n%s\n", op, indent(err))

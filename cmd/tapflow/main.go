@@ -19,6 +19,7 @@ import (
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/report"
 	"github.com/tapflow/tapflow/internal/version"
+	"github.com/tapflow/tapflow/transport"
 )
 
 const usage = `tapflow — per-tenant, byte-exact flow records for OpenStack clouds
@@ -117,6 +118,10 @@ func serve(cmd string, args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		return exitUsage
+	}
+	if err := transport.CheckFlagURL(*natsURL); err != nil {
+		fmt.Fprintf(stderr, "tapflow %s: --nats-url: %v\n", cmd, err)
 		return exitUsage
 	}
 	cfg, err := loadConfig(*cfgPath, func(c *config.Config) {

@@ -129,6 +129,8 @@ const (
 func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode natsMode, body func(context.Context, *runtime) error) error {
 	rt := &runtime{log: log, reg: obs.NewRegistry()}
 	rt.pm = pipeline.NewMetrics(rt.reg)
+	cfg.NATS.Metrics = transport.NewConnMetrics()
+	rt.reg.MustRegister(cfg.NATS.Metrics.Collectors()...)
 	log.Info("tapflow starting", "version", version.Version, "node", cfg.Node, "source", cfg.Source,
 		"data_dir", cfg.DataDir, "nats", natsTarget(cfg), "output", cfg.Collector.Parquet.Output)
 
@@ -175,7 +177,7 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 	background := false
 	if cfg.NATS.URL == "" {
 		// Embedded server: `run` always, agent/collector alone too (single box).
-		emb, eerr := transport.NewEmbedded(transport.StoreDir(cfg.DataDir), cfg.NATS.Listen, "tapflow-"+cfg.Node, log)
+		emb, eerr := transport.NewEmbeddedServer(transport.StoreDir(cfg.DataDir), "tapflow-"+cfg.Node, cfg.NATS, log)
 		if eerr != nil {
 			return eerr
 		}

@@ -1,0 +1,499 @@
+package transport_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
+)
+
+// pki is a test CA with a server certificate for 127.0.0.1 and a client
+// certificate, written as PEM files (keys 0600).
+type pki struct{ ca, serverCert, serverKey, clientCert, clientKey, otherCA string }
+
+func newPKI(t *testing.T, dir string) pki {
+	t.Helper()
+	write := func(name, typ string, der []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		b, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	serial := int64(1)
+	sign := func(tmpl, parent *x509.Certificate, pub, priv any) []byte {
+		serial++
+		tmpl.SerialNumber = big.NewInt(serial)
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	mkCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
+		k := newKey()
+		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+		der := sign(tmpl, tmpl, &k.PublicKey, k)
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, k, der
+	}
+	ca, caKey, caDER := mkCA("tapflow test CA")
+	_, _, otherDER := mkCA("some other CA")
+	var p pki
+	p.ca = write("ca.pem", "CERTIFICATE", caDER, 0o644)
+	p.otherCA = write("other-ca.pem", "CERTIFICATE", otherDER, 0o644)
+	sk := newKey()
+	p.serverCert = write("server.pem", "CERTIFICATE", sign(&x509.Certificate{Subject: pkix.Name{CommonName: "nats"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &sk.PublicKey, caKey), 0o644)
+	p.serverKey = write("server-key.pem", "PRIVATE KEY", keyDER(sk), 0o600)
+	ck := newKey()
+	p.clientCert = write("client.pem", "CERTIFICATE", sign(&x509.Certificate{Subject: pkix.Name{CommonName: "agent"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &ck.PublicKey, caKey), 0o644)
+	p.clientKey = write("client-key.pem", "PRIVATE KEY", keyDER(ck), 0o600)
+	return p
+}
+
+func randomSecret(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "s3cr3t-" + hex.EncodeToString(b)
+}
+
+func writeSecret(t *testing.T, dir, name, secret string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// secureBus is an embedded nats-server with mutual TLS and the role users
+// of docs/security.md, listening on loopback.
+type secureBus struct {
+	url     string
+	pki     pki
+	dir     string
+	secrets map[string]string // user -> password
+	logs    *logBuf
+	log     *slog.Logger
+}
+
+func startSecureBus(t *testing.T) *secureBus {
+	t.Helper()
+	dir := t.TempDir()
+	b := &secureBus{pki: newPKI(t, dir), dir: dir, secrets: map[string]string{}, logs: &logBuf{}}
+	b.log = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	users := []transport.ServerUser{
+		{User: "agent-a", Role: transport.RoleAgent, Node: "node-a"},
+		{User: "agent-b", Role: transport.RoleAgent, Node: "node-b"},
+		{User: "collector", Role: transport.RoleCollector},
+		{User: "reader", Role: transport.RoleSubscriber},
+		{User: "admin", Role: transport.RoleAdmin},
+	}
+	for i := range users {
+		b.secrets[users[i].User] = randomSecret(t)
+		users[i].PasswordFile = writeSecret(t, dir, "server-"+users[i].User+".pw", b.secrets[users[i].User])
+	}
+	cfg := transport.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Server = transport.ServerConfig{
+		TLS:   transport.ServerTLS{CertFile: b.pki.serverCert, KeyFile: b.pki.serverKey, CAFile: b.pki.ca},
+		Users: users,
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := transport.NewEmbeddedServer(filepath.Join(dir, "store"), "secure", cfg, b.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	b.url = e.ClientURL()
+	return b
+}
+
+// client is the nats: section of user with mutual TLS against the bus.
+func (b *secureBus) client(t *testing.T, user string) transport.Config {
+	t.Helper()
+	cfg := transport.DefaultConfig()
+	cfg.URL = b.url
+	cfg.TLS = transport.TLSConfig{CAFile: b.pki.ca, CertFile: b.pki.clientCert, KeyFile: b.pki.clientKey}
+	cfg.User = user
+	cfg.PasswordFile = writeSecret(t, b.dir, "client-"+user+".pw", b.secrets[user])
+	cfg.Metrics = transport.NewConnMetrics()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (b *secureBus) connect(t *testing.T, cfg transport.Config) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := transport.Connect(ctx, cfg, cfg.User, b.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// flowMsg is one encoded batch of n records claiming node and agent, with
+// the Nats-Msg-Id the collector expects of them.
+func flowMsg(t *testing.T, subject, node, agent string, seq int64, n int) *nats.Msg {
+	t.Helper()
+	recs := make([]schemas.Flow, n)
+	for i := range recs {
+		recs[i] = schemas.Flow{Node: node, AgentID: agent, BatchSeq: seq, RecordIndex: int32(i), TimeEnd: time.Now().UnixMicro(), Bytes: 100, Packets: 1}
+	}
+	enc, err := schemas.NewEncoder(transport.DefaultConfig().Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := enc.Encode(nil, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, agent+"-"+strconv.FormatInt(seq, 10))
+	return m
+}
+
+// waitCounter polls c until it reaches want (async server errors).
+func waitCounter(t *testing.T, c prometheus.Counter, want float64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(c) < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(c); got < want {
+		t.Fatalf("%s: tapflow_nats_permission_violations_total = %v, want ≥ %v", what, got, want)
+	}
+}
+
+// TestSecureBus is the security matrix of docs/security.md against a real
+// nats-server with mutual TLS and per-role users: what each role may do
+// works, what it may not is refused by the server and surfaces as an
+// error log line and tapflow_nats_permission_violations_total, and no
+// password ever reaches a log or an error.
+func TestSecureBus(t *testing.T) {
+	b := startSecureBus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The collector creates the streams and its durables with its role's
+	// permissions only.
+	colCfg := b.client(t, "collector")
+	_, colJS := b.connect(t, colCfg)
+	if err := transport.EnsureStreams(ctx, colJS, colCfg, b.log); err != nil {
+		t.Fatalf("collector cannot set up the streams with its role's permissions: %v", err)
+	}
+
+	// Agent A may not change streams: it only waits until they exist.
+	aCfg := b.client(t, "agent-a")
+	no := false
+	aCfg.ManageStreams = &no
+	aNC, aJS := b.connect(t, aCfg)
+	if err := transport.EnsureStreams(ctx, aJS, aCfg, b.log); err != nil {
+		t.Fatalf("agent-a: %v", err)
+	}
+	if !strings.HasPrefix(aNC.NewRespInbox(), "_INBOX.agent-a.") {
+		t.Fatalf("agent-a's inbox %q is not its own _INBOX.agent-a.*", aNC.NewRespInbox())
+	}
+
+	// A live reader (core subscription, read-only) sees agent A's batches.
+	rCfg := b.client(t, "reader")
+	rNC, _ := b.connect(t, rCfg)
+	live, err := rNC.SubscribeSync(transport.FlowsSubjectRoot + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Allowed: agent A on its own node's subject.
+	if _, err := aJS.PublishMsg(ctx, flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-a", 1, 5)); err != nil {
+		t.Fatalf("agent-a publishing on its own subject: %v", err)
+	}
+	if m, err := live.NextMsg(10 * time.Second); err != nil || m.Subject != transport.FlowsSubject("node-a") {
+		t.Fatalf("reader did not see agent-a's batch: %v", err)
+	}
+
+	refusedPublish := func(t *testing.T, js jetstream.JetStream, cfg transport.Config, msg *nats.Msg) {
+		t.Helper()
+		before := testutil.ToFloat64(cfg.Metrics.PermissionViolations)
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := js.PublishMsg(pctx, msg)
+		pcancel()
+		if err == nil {
+			t.Fatalf("%s published on %s: the server accepted it", cfg.User, msg.Subject)
+		}
+		waitCounter(t, cfg.Metrics.PermissionViolations, before+1, cfg.User+" on "+msg.Subject)
+		t.Logf("refused: %s publishing on %s (publish error: %v)", cfg.User, msg.Subject, err)
+	}
+	matrix := []struct {
+		name string
+		js   jetstream.JetStream
+		cfg  transport.Config
+		msg  *nats.Msg
+	}{
+		{"agent on another node's flows", aJS, aCfg, flowMsg(t, transport.FlowsSubject("node-b"), "node-b", "node-b", 7, 5)},
+		{"agent on another node's meters", aJS, aCfg, nats.NewMsg(transport.MetersSubject("node-b"))},
+		{"agent forging a dead letter", aJS, aCfg, nats.NewMsg(transport.DLQFlowsSubject)},
+		{"collector publishing flows", colJS, colCfg, flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-a", 8, 5)},
+	}
+	rJS, _ := jetstream.New(rNC)
+	matrix = append(matrix, struct {
+		name string
+		js   jetstream.JetStream
+		cfg  transport.Config
+		msg  *nats.Msg
+	}{"subscriber publishing flows", rJS, rCfg, flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-a", 9, 5)})
+	for _, c := range matrix {
+		t.Run(c.name, func(t *testing.T) { refusedPublish(t, c.js, c.cfg, c.msg) })
+	}
+	if !strings.Contains(b.logs.String(), "permission violation") || !strings.Contains(b.logs.String(), `user \"agent-a\"`) {
+		t.Errorf("no permission violation error naming the user in the log:\n%s", b.logs.String())
+	}
+
+	// Refused: agent A reading other nodes' traffic, or the collector's
+	// durable (its replies would arrive on the collector's inbox anyway).
+	t.Run("agent reading flows", func(t *testing.T) {
+		before := testutil.ToFloat64(aCfg.Metrics.PermissionViolations)
+		if _, err := aNC.SubscribeSync(transport.FlowsSubjectRoot + ".>"); err != nil {
+			t.Fatal(err)
+		}
+		_ = aNC.Flush()
+		waitCounter(t, aCfg.Metrics.PermissionViolations, before+1, "agent-a subscribing to every node's flows")
+	})
+	t.Run("agent fetching from the collector's durable", func(t *testing.T) {
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ccancel()
+		if _, err := aJS.Consumer(cctx, transport.FlowsStream, transport.DefaultDurable); err == nil {
+			t.Fatal("agent-a read the collector's consumer")
+		}
+	})
+	// Nothing agent A tried on node B's subject reached the stream.
+	st, err := colJS.Stream(ctx, transport.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(transport.FlowsSubject("node-b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[transport.FlowsSubject("node-b")]; n != 0 {
+		t.Fatalf("%d forged messages on node-b's subject are in the stream", n)
+	}
+
+	// Forged identity: agent A publishes on its own subject (allowed)
+	// records claiming node B. The collector dead-letters it (identity)
+	// and delivers the genuine batches around it.
+	t.Run("collector rejects records of another node", func(t *testing.T) {
+		if _, err := aJS.PublishMsg(ctx, flowMsg(t, transport.FlowsSubject("node-a"), "node-b", "node-b", 42, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := aJS.PublishMsg(ctx, flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-a", 2, 4)); err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		ccfg := consume.DefaultConfig()
+		ccfg.AckWait = units.Duration(10 * time.Second)
+		src, err := consume.New(colJS, ccfg, consume.Options{Logger: b.log, Registry: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		out := make(chan *pipeline.BatchOf[schemas.Flow], 4)
+		done := make(chan error, 1)
+		go func() { done <- src.Run(rctx, out) }()
+		got := 0
+		for got < 5+4 {
+			select {
+			case bt := <-out:
+				for _, r := range bt.Records {
+					if r.Node != "node-a" {
+						t.Errorf("collector delivered a record of %q from node-a's subject", r.Node)
+					}
+				}
+				got += len(bt.Records)
+				bt.Ack(nil)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("collector delivered %d of 9 genuine records", got)
+			}
+		}
+		// An admin reads the DLQ: the collector may only write it.
+		_, adminJS := b.connect(t, b.client(t, "admin"))
+		dlq, err := adminJS.Stream(ctx, transport.DLQStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dl *jetstream.RawStreamMsg
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+			dl, err = dlq.GetLastMsgForSubject(gctx, transport.DLQFlowsSubject)
+			gcancel()
+			if err == nil {
+				break
+			}
+		}
+		if dl == nil {
+			t.Fatalf("forged batch not dead-lettered: %v", err)
+		}
+		if r := dl.Header.Get(transport.HeaderReason); r != consume.ReasonIdentity {
+			t.Fatalf("dead letter reason %q (%s), want identity", r, dl.Header.Get(transport.HeaderError))
+		}
+		t.Logf("dead-lettered: %s", dl.Header.Get(transport.HeaderError))
+		rcancel()
+		go func() {
+			for bt := range out {
+				bt.Ack(nil)
+			}
+		}()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		close(out)
+	})
+
+	// Secrets: no password of any user in any log line (client and
+	// server) or error above.
+	for user, secret := range b.secrets {
+		if strings.Contains(b.logs.String(), secret) {
+			t.Errorf("password of %s in the log", user)
+		}
+	}
+}
+
+// TestSecureBusRefusesBadClients: wrong password, no client certificate,
+// an untrusted server certificate and plain TCP all fail fast (no retry
+// loop) with an error naming the cause and the user, never the password.
+func TestSecureBusRefusesBadClients(t *testing.T) {
+	b := startSecureBus(t)
+	cases := []struct {
+		name   string
+		mutate func(*transport.Config)
+		auth   bool     // ErrAuth
+		want   []string // in the error
+	}{
+		{"wrong password", func(c *transport.Config) {
+			c.PasswordFile = writeSecret(t, b.dir, "wrong.pw", "wr0ng-"+b.secrets["agent-a"])
+		}, true, []string{`user "agent-a"`, "refused the credentials", "nats.password_file"}},
+		{"password of another user", func(c *transport.Config) {
+			c.PasswordFile = writeSecret(t, b.dir, "b.pw", b.secrets["agent-b"])
+		}, true, []string{`user "agent-a"`}},
+		{"password from the environment, wrong", func(c *transport.Config) {
+			c.PasswordFile = ""
+			t.Setenv(transport.PasswordEnv, "env-"+b.secrets["agent-a"])
+		}, true, []string{`user "agent-a"`}},
+		{"no client certificate", func(c *transport.Config) { c.TLS.CertFile, c.TLS.KeyFile = "", "" }, false, []string{"TLS", "nats.tls"}},
+		{"server certificate from another CA", func(c *transport.Config) { c.TLS.CAFile = b.pki.otherCA }, false, []string{"TLS", "ca_file"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := b.client(t, "agent-a")
+			c.mutate(&cfg)
+			var logs logBuf
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := transport.Connect(ctx, cfg, "agent-a", log)
+			if err == nil {
+				t.Fatal("connected")
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("took %s: retried instead of failing fast (%v)", d, err)
+			}
+			if c.auth != errors.Is(err, transport.ErrAuth) {
+				t.Errorf("errors.Is(ErrAuth) = %v, want %v: %v", !c.auth, c.auth, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+			_, bgErr := transport.ConnectBackground(cfg, "agent-a", log, nil)
+			if bgErr == nil || c.auth != errors.Is(bgErr, transport.ErrAuth) {
+				t.Errorf("ConnectBackground: %v", bgErr)
+			}
+			for _, s := range b.secrets {
+				for _, text := range []string{err.Error(), logs.String(), b.logs.String()} {
+					if strings.Contains(text, s) || strings.Contains(text, "wr0ng-") || strings.Contains(text, "env-s3cr3t") {
+						t.Fatalf("a password leaked:\n%s", text)
+					}
+				}
+			}
+			t.Logf("%v", err)
+		})
+	}
+	t.Run("plain TCP to the TLS listener", func(t *testing.T) {
+		cfg := b.client(t, "agent-a")
+		cfg.TLS = transport.TLSConfig{}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := transport.Connect(ctx, cfg, "agent-a", slog.New(slog.DiscardHandler)); err == nil || ctx.Err() != nil {
+			t.Fatalf("plain connection: %v (deadline: %v)", err, ctx.Err())
+		} else {
+			t.Logf("%v", err)
+		}
+	})
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	testbed "github.com/tapflow/tapflow/deploy/openstack-testbed"
+	"github.com/tapflow/tapflow/internal/fsx"
 )
 
 // RegisterOptions make Up create the cloud's objects in a real OpenStack
@@ -695,7 +696,7 @@ func (l *Lab) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(l.CloudsPath(), clouds, 0o600); err != nil {
+	if err := fsx.WriteFile(l.CloudsPath(), clouds, fsx.PrivateFile, fsx.NoGroup); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
 	if err := l.Cloud.register(ctx, api, reg, l.saveState, l.log, o.NovaConf, l.dir); err != nil {

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -194,7 +194,7 @@ func NewEmbeddedServer(storeDir, name string, cfg Config, log *slog.Logger) (*Em
 	if err := e.Err(); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if err := os.MkdirAll(storeDir, 0o750); err != nil {
+	if err := fsx.MkdirAll(storeDir, fsx.PrivateDir, fsx.NoGroup); err != nil {
 		return nil, fmt.Errorf("embedded nats: create store %s: %w", storeDir, err)
 	}
 	opts := &server.Options{

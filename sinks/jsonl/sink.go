@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/pipeline"
 )
 
@@ -52,7 +53,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 		}
 		return err
 	}
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsx.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fsx.DataFile, fsx.NoGroup)
 	if err != nil {
 		return fail(fmt.Errorf("jsonl sink: create %s: %w; make %s writable or choose another file", s.path, err, filepath.Dir(s.path)))
 	}

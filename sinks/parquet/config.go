@@ -11,6 +11,7 @@ import (
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
 	"github.com/parquet-go/parquet-go/compress/zstd"
 
+	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -66,6 +67,11 @@ type Config struct {
 	// memory (MaxOpenFiles × the per-file figure above): a batch that would
 	// open more commits the open files first. Default 8.
 	MaxOpenFiles int `yaml:"max_open_files"`
+	// FileGroup owns the files and directories the collector writes
+	// (mode 0640 / 0750, whatever the umask), so its members (an
+	// analytics group) can read them; it must exist. Empty: the
+	// collector's own group.
+	FileGroup string `yaml:"file_group"`
 }
 
 // DefaultConfig returns the defaults; Output must still be set.
@@ -94,6 +100,9 @@ func (c Config) Validate() error {
 		}
 	case strings.Contains(c.Output, "://"):
 		e.Add("output", fmt.Sprintf("%q: unsupported URL scheme", c.Output), "use a local directory, e.g. /var/lib/tapflow, or s3://bucket/prefix")
+	}
+	if _, err := fsx.LookupGroup(c.FileGroup); err != nil {
+		e.Add("file_group", err.Error(), "create it (groupadd "+c.FileGroup+"), or leave file_group empty for the collector's own group")
 	}
 	if c.RollSize < 64<<10 {
 		e.Add("roll_size", fmt.Sprintf("%s is below 64KiB", c.RollSize), "use e.g. 128MiB")

@@ -141,6 +141,7 @@ type Sink[T any] struct {
 	writer string
 	root   string // <output>/<schema.Dir>
 	nonce  string // makes temp names unique across restarts
+	gid    int    // collector.file_group, or fsx.NoGroup
 	wopts  []pq.WriterOption
 	log    *slog.Logger
 	reg    *prometheus.Registry
@@ -236,6 +237,10 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	if err != nil {
 		return nil, err
 	}
+	gid, err := fsx.LookupGroup(cfg.FileGroup)
+	if err != nil {
+		return nil, fmt.Errorf("parquet sink: collector.file_group: %w", err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -247,6 +252,7 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 		root:     root,
 		remote:   opts.Remote,
 		nonce:    strconv.FormatInt(time.Now().UnixNano(), 36),
+		gid:      gid,
 		log:      log.With("component", "sinks/parquet"),
 		reg:      opts.Registry,
 		m:        newMetrics(schema.Name),
@@ -677,7 +683,7 @@ func (s *Sink[T]) open(hour int64) (*file[T], error) {
 	}
 	s.tmpSeq++
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s@%s-%d.parquet.tmp", s.writer, s.nonce, s.tmpSeq))
-	fd, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	fd, err := fsx.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsx.DataFile, s.gid)
 	if err != nil {
 		return nil, commitError("create", tmp, err)
 	}
@@ -708,7 +714,7 @@ func (s *Sink[T]) mkdir(dir string) error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := fsx.Mkdir(dir, fsx.DataDir, s.gid); err != nil {
 		return commitError("mkdir", dir, err)
 	}
 	s.syncDirs[parent] = struct{}{}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tapflow/tapflow/internal/fsx"
 )
 
 // seqAllocator hands out batch sequence numbers that never repeat for an
@@ -26,7 +28,7 @@ const seqBlock = 1 << 16
 // newSeqAllocatorFile keeps its reservation in dir/name: one file per
 // sequence (flow batches, meter batches).
 func newSeqAllocatorFile(dir, name string) (*seqAllocator, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := fsx.MkdirAll(dir, fsx.PrivateDir, fsx.NoGroup); err != nil {
 		return nil, fmt.Errorf("batch sequence: create %s: %w", dir, err)
 	}
 	a := &seqAllocator{path: filepath.Join(dir, name)}
@@ -58,7 +60,7 @@ func (a *seqAllocator) Next() (int64, error) {
 
 func (a *seqAllocator) reserve(upTo int64) error {
 	tmp := a.path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := fsx.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fsx.PrivateFile, fsx.NoGroup)
 	if err != nil {
 		return fmt.Errorf("batch sequence: %w", err)
 	}

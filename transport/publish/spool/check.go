@@ -253,7 +253,7 @@ func Repair(dir string) (*Report, error) {
 func rewrite(dir string, g segment, curSeg, curOff int64) (int64, int64, error) {
 	p := segPath(dir, g.id)
 	tmp := p + ".repair"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	out, err := fsx.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fsx.PrivateFile, fsx.NoGroup)
 	if err != nil {
 		return 0, 0, fmt.Errorf("spool repair: create %s: %w", tmp, err)
 	}

@@ -111,7 +111,7 @@ func (s *Spool) Open() error {
 	if s.open {
 		return errors.New("spool: already open")
 	}
-	if err := os.MkdirAll(s.cfg.Dir, 0o750); err != nil {
+	if err := fsx.MkdirAll(s.cfg.Dir, fsx.PrivateDir, fsx.NoGroup); err != nil {
 		return fmt.Errorf("spool: create %s: %w (set agent.spool.dir to a writable local directory)", s.cfg.Dir, err)
 	}
 	lf, err := lockDir(s.cfg.Dir)
@@ -183,7 +183,7 @@ func (s *Spool) Open() error {
 
 func lockDir(dir string) (*os.File, error) {
 	p := filepath.Join(dir, lockName)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := fsx.OpenFile(p, os.O_RDWR|os.O_CREATE, fsx.PrivateFile, fsx.NoGroup)
 	if err != nil {
 		return nil, fmt.Errorf("spool: open lock %s: %w", p, err)
 	}
@@ -247,7 +247,7 @@ func readCursor(dir string) (id, off int64, err error) {
 func writeCursor(dir string, id, off int64) error {
 	p := filepath.Join(dir, cursorName)
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", id, off)), 0o640); err != nil {
+	if err := fsx.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", id, off)), fsx.PrivateFile, fsx.NoGroup); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)
@@ -348,7 +348,7 @@ func (s *Spool) countPending() error {
 
 func (s *Spool) newSegment(id int64) error {
 	p := segPath(s.cfg.Dir, id)
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+	f, err := fsx.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, fsx.PrivateFile, fsx.NoGroup)
 	if err != nil {
 		return fmt.Errorf("spool: create segment %s: %w", p, err)
 	}

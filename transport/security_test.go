@@ -348,8 +348,15 @@ func TestSecureBus(t *testing.T) {
 	// records claiming node B. The collector dead-letters it (identity)
 	// and delivers the genuine batches around it.
 	t.Run("collector rejects records of another node", func(t *testing.T) {
-		if _, err := aJS.PublishMsg(ctx, flowMsg(t, transport.FlowsSubject("node-a"), "node-b", "node-b", 42, 3)); err != nil {
-			t.Fatal(err)
+		forged := []*nats.Msg{
+			flowMsg(t, transport.FlowsSubject("node-a"), "node-b", "node-b", 42, 3), // records of node B
+			flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-b", 43, 3), // agent B's batch id
+		}
+		wantErr := []string{`has node "node-b", the subject`, `agent_id "node-b", not the subject's node "node-a"`}
+		for _, m := range forged {
+			if _, err := aJS.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if _, err := aJS.PublishMsg(ctx, flowMsg(t, transport.FlowsSubject("node-a"), "node-a", "node-a", 2, 4)); err != nil {
 			t.Fatal(err)
@@ -357,6 +364,7 @@ func TestSecureBus(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		ccfg := consume.DefaultConfig()
 		ccfg.AckWait = units.Duration(10 * time.Second)
+		ccfg.AgentIDIsNode = true
 		src, err := consume.New(colJS, ccfg, consume.Options{Logger: b.log, Registry: reg})
 		if err != nil {
 			t.Fatal(err)
@@ -386,22 +394,27 @@ func TestSecureBus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dl *jetstream.RawStreamMsg
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
-			dl, err = dlq.GetLastMsgForSubject(gctx, transport.DLQFlowsSubject)
-			gcancel()
-			if err == nil {
+			if info, err := dlq.Info(ctx); err == nil && info.State.Msgs >= uint64(len(forged)) {
 				break
 			}
 		}
-		if dl == nil {
-			t.Fatalf("forged batch not dead-lettered: %v", err)
+		for seq := uint64(1); seq <= uint64(len(forged)); seq++ {
+			dl, err := dlq.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatalf("forged batch %d not dead-lettered: %v", seq, err)
+			}
+			if r := dl.Header.Get(transport.HeaderReason); r != consume.ReasonIdentity {
+				t.Fatalf("dead letter reason %q (%s), want identity", r, dl.Header.Get(transport.HeaderError))
+			}
+			if e := dl.Header.Get(transport.HeaderError); !strings.Contains(e, wantErr[seq-1]) {
+				t.Errorf("dead letter %d: %q, want %q", seq, e, wantErr[seq-1])
+			}
+			if id := dl.Header.Get(transport.HeaderOrigMsgID); id != forged[seq-1].Header.Get(jetstream.MsgIDHeader) {
+				t.Errorf("dead letter %d is %q, want %q", seq, id, forged[seq-1].Header.Get(jetstream.MsgIDHeader))
+			}
+			t.Logf("dead-lettered: %s", dl.Header.Get(transport.HeaderError))
 		}
-		if r := dl.Header.Get(transport.HeaderReason); r != consume.ReasonIdentity {
-			t.Fatalf("dead letter reason %q (%s), want identity", r, dl.Header.Get(transport.HeaderError))
-		}
-		t.Logf("dead-lettered: %s", dl.Header.Get(transport.HeaderError))
 		rcancel()
 		go func() {
 			for bt := range out {

@@ -17,7 +17,8 @@ const (
 	ReasonSize = "size"
 	// ReasonIdentity: the records do not belong to the message: node
 	// differs from the subject's, Nats-Msg-Id is not <agent_id>-<batch_seq>
-	// of every record, or record_index is not 0..n-1.
+	// of every record, record_index is not 0..n-1, or (agent_id_is_node)
+	// agent_id is not the subject's node.
 	ReasonIdentity = "identity"
 	// ReasonTime: a time_end outside [now − max_record_age, now +
 	// max_clock_skew] (a skewed agent clock, or garbage that would become
@@ -42,6 +43,8 @@ type Limits struct {
 	MaxRecords   int
 	MaxRecordAge time.Duration
 	MaxClockSkew time.Duration
+	// AgentIDIsNode: agent_id must be the subject's node.
+	AgentIDIsNode bool
 }
 
 // Rejection is a message that fails a check: the reason (one of Reasons)
@@ -98,6 +101,9 @@ func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now 
 		if timeErr == nil && (id.TimeEnd < lo || id.TimeEnd > hi) {
 			timeErr = timeRejection(i, id.TimeEnd, now, lim)
 		}
+	}
+	if lim.AgentIDIsNode && first.AgentID != node {
+		return reject(ReasonIdentity, "records have agent_id %q, not the subject's node %q (collector.agent_id_is_node): an agent may only publish its own batches", first.AgentID, node)
 	}
 	// identity is checked on every record before a time failure counts:
 	// a message that is not what it claims is an identity problem.

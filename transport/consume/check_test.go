@@ -127,3 +127,35 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckAgentIDIsNode: with collector.agent_id_is_node, a message
+// whose records' agent_id is not its subject's node is an identity
+// failure, even when everything else is consistent (an agent claiming
+// another agent's batch on its own subject).
+func TestCheckAgentIDIsNode(t *testing.T) {
+	lim := consume.Limits{MaxRecords: 100, MaxRecordAge: 7 * 24 * time.Hour, MaxClockSkew: time.Hour, AgentIDIsNode: true}
+	own := func(agent string) []schemas.Flow {
+		r := batch(3)
+		for i := range r {
+			r[i].AgentID = agent
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name, agent, reason string
+	}{
+		{"agent_id is the node", "cmp1", ""},
+		{"agent_id of another node", "cmp2", consume.ReasonIdentity},
+		{"custom agent_id", "agent-a", consume.ReasonIdentity},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rej := consume.Check(own(c.agent), flowIdentity, "tapflow.flows.v1.cmp1", c.agent+"-7", checkNow, lim)
+			switch {
+			case c.reason == "" && rej != nil:
+				t.Fatalf("rejected: %v", rej)
+			case c.reason != "" && (rej == nil || rej.Reason != c.reason || !strings.Contains(rej.Error(), "agent_id_is_node")):
+				t.Fatalf("got %v, want %s naming agent_id_is_node", rej, c.reason)
+			}
+		})
+	}
+}

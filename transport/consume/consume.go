@@ -62,6 +62,11 @@ type Config struct {
 	// collector's clock sends its message to the DLQ (reason time;
 	// default 1h).
 	MaxClockSkew units.Duration `yaml:"max_clock_skew"`
+	// AgentIDIsNode rejects (reason identity) a message whose records'
+	// agent_id is not the subject's node: with per-node publish
+	// permissions, no agent can then claim another agent's batches
+	// (docs/security.md). Needs agent.id left at its default (the node).
+	AgentIDIsNode bool `yaml:"agent_id_is_node"`
 }
 
 // Default limits of one message.
@@ -103,7 +108,7 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) limits() Limits {
-	return Limits{MaxRecords: c.MaxBatchRecords, MaxRecordAge: c.MaxRecordAge.D(), MaxClockSkew: c.MaxClockSkew.D()}
+	return Limits{MaxRecords: c.MaxBatchRecords, MaxRecordAge: c.MaxRecordAge.D(), MaxClockSkew: c.MaxClockSkew.D(), AgentIDIsNode: c.AgentIDIsNode}
 }
 
 // Validate checks the fields and their fit with the sink's roll age.

@@ -90,6 +90,7 @@ type metrics struct {
 	splits    prometheus.Counter
 	latency   prometheus.Histogram
 	full      prometheus.Counter // tapflow_publish_refused_total{stream,reason="stream_full"}
+	collide   prometheus.Counter
 }
 
 func newMetrics(prefix, noun string) metrics {
@@ -103,13 +104,14 @@ func newMetrics(prefix, noun string) metrics {
 		retries:   c("retries_total", "Publish attempts of "+noun+" that failed and were retried."),
 		dupes:     c("duplicates_total", "Publishes of "+noun+" JetStream reported as duplicates (a retry after a lost ack)."),
 		splits:    c("splits_total", noun+" split in two because their message exceeded the server's max_payload."),
+		collide:   c("id_collisions_total", "First publishes of "+noun+" JetStream reported as duplicates: another publisher used the Nats-Msg-Id first (a forgery, or two agents with one agent.id); each was republished under a new batch_seq."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: prefix + "seconds", Help: "Time from publish to JetStream ack of " + noun + ".",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 }
 
 func (m metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency}
+	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency, m.collide}
 }
 
 // New returns the flow publisher: NewFor(js, Flows, opts).
@@ -223,10 +225,40 @@ func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]
 
 var errSequence = errors.New("batch sequence unavailable")
 
+// errIDCollision: the first publish of a batch was acked as a duplicate.
+// Sequences never repeat, so another publisher sent this Nats-Msg-Id
+// first (docs/security.md): the batch itself was not stored.
+var errIDCollision = errors.New("Nats-Msg-Id already used by another publisher")
+
+// maxCollisions bounds the republishes of one batch under new sequences.
+const maxCollisions = 8
+
 // publishRecords publishes recs as one message, or, when the encoded
 // message exceeds the server's max_payload, as two halves (recursively),
-// each with its own batch_seq. It returns the first sequence used.
+// each with its own batch_seq. It returns the first sequence used. A batch
+// whose message id someone else used first is republished under a new
+// sequence, jumped ahead by a random amount so ids burned in advance do
+// not catch it again.
 func (p *PublisherOf[T]) publishRecords(ctx context.Context, recs []T) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		seq, err := p.publishRecordsOnce(ctx, recs)
+		if !errors.Is(err, errIDCollision) {
+			return seq, err
+		}
+		p.m.collide.Inc()
+		p.log.Error("JetStream already holds this batch's Nats-Msg-Id from another publisher (a forged message, or two agents with the same agent.id); republishing under a new batch_seq",
+			"subject", p.subject, "msg_id", p.opts.AgentID+"-"+strconv.FormatInt(seq, 10), "records", len(recs), "attempt", attempt,
+			"fix", "give every agent its own agent.id, and let only this agent publish on its subject (docs/security.md)")
+		if attempt >= maxCollisions {
+			return seq, fmt.Errorf("%s batch %d: %w (%d times)", p.kind.Name, seq, errIDCollision, attempt)
+		}
+		if err := p.seq.Skip(); err != nil {
+			return seq, fmt.Errorf("%w: %v", errSequence, err)
+		}
+	}
+}
+
+func (p *PublisherOf[T]) publishRecordsOnce(ctx context.Context, recs []T) (int64, error) {
 	seq, err := p.seq.Next()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", errSequence, err)
@@ -278,9 +310,9 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 	// Only Run appends, so an empty spool stays empty until we append:
 	// publishing directly now cannot overtake a spooled batch.
 	if p.sp.Empty() && p.js.Conn().IsConnected() {
-		err := p.publishOnce(ctx, msg, id, records)
-		if err == nil {
-			return nil
+		err := p.publishOnce(ctx, msg, id, records, true)
+		if err == nil || errors.Is(err, errIDCollision) {
+			return err
 		}
 		if errors.Is(err, errStreamFull) {
 			p.logStreamFull(id, "spooled to disk until the stream has room", err)
@@ -308,7 +340,10 @@ func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, re
 }
 
 // publishOnce makes one publish attempt bounded by publish_timeout.
-func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id string, records int) error {
+// first: the batch was never sent before, so a duplicate ack means
+// someone else used its id (errIDCollision); on a retry it is the normal
+// answer to a publish whose ack was lost.
+func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id string, records int, first bool) error {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, p.opts.NATS.PublishTimeout.D())
 	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.kind.Stream))
@@ -324,6 +359,9 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 		return err
 	}
 	p.full.Store(false)
+	if ack.Duplicate && first {
+		return fmt.Errorf("publish %s: %w", id, errIDCollision)
+	}
 	p.m.latency.Observe(time.Since(start).Seconds())
 	p.m.published.Inc()
 	p.m.records.Add(float64(records))
@@ -339,9 +377,9 @@ func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id str
 	delay := 100 * time.Millisecond
 	var lastLog time.Time
 	for attempt := 1; ; attempt++ {
-		err := p.publishOnce(ctx, msg, id, records)
-		if err == nil {
-			return nil
+		err := p.publishOnce(ctx, msg, id, records, attempt == 1)
+		if err == nil || errors.Is(err, errIDCollision) {
+			return err
 		}
 		if errors.Is(err, errStreamFull) {
 			p.logStreamFull(id, "kept in memory and retried", err)

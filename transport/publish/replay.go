@@ -92,7 +92,7 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 		}
 		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
 		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: p.spooledHeader(e)}
-		err = p.publishOnce(ctx, msg, e.MsgID, e.Records)
+		err = p.publishOnce(ctx, msg, e.MsgID, e.Records, false)
 		if err == nil {
 			if aerr := p.sp.Advance(); aerr != nil {
 				p.log.Error("spool replay: cannot advance the cursor", "dir", p.sp.Dir(), "err", aerr)

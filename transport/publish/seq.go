@@ -2,6 +2,7 @@ package publish
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,6 +57,16 @@ func (a *seqAllocator) Next() (int64, error) {
 	v := a.next
 	a.next++
 	return v, nil
+}
+
+// Skip jumps the next sequence ahead by 2^20 to 2^21 (random), reserving
+// past it: ids another publisher burned in advance are passed over.
+func (a *seqAllocator) Skip() error {
+	a.next += 1<<20 + rand.Int64N(1<<20)
+	if a.next >= a.reserved {
+		return a.reserve(a.next + seqBlock)
+	}
+	return nil
 }
 
 func (a *seqAllocator) reserve(upTo int64) error {

@@ -2,17 +2,10 @@ package transport_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,73 +23,8 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
-
-// pki is a test CA with a server certificate for 127.0.0.1 and a client
-// certificate, written as PEM files (keys 0600).
-type pki struct{ ca, serverCert, serverKey, clientCert, clientKey, otherCA string }
-
-func newPKI(t *testing.T, dir string) pki {
-	t.Helper()
-	write := func(name, typ string, der []byte, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		b, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	serial := int64(1)
-	sign := func(tmpl, parent *x509.Certificate, pub, priv any) []byte {
-		serial++
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, priv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	mkCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-		k := newKey()
-		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-		der := sign(tmpl, tmpl, &k.PublicKey, k)
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, k, der
-	}
-	ca, caKey, caDER := mkCA("tapflow test CA")
-	_, _, otherDER := mkCA("some other CA")
-	var p pki
-	p.ca = write("ca.pem", "CERTIFICATE", caDER, 0o644)
-	p.otherCA = write("other-ca.pem", "CERTIFICATE", otherDER, 0o644)
-	sk := newKey()
-	p.serverCert = write("server.pem", "CERTIFICATE", sign(&x509.Certificate{Subject: pkix.Name{CommonName: "nats"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &sk.PublicKey, caKey), 0o644)
-	p.serverKey = write("server-key.pem", "PRIVATE KEY", keyDER(sk), 0o600)
-	ck := newKey()
-	p.clientCert = write("client.pem", "CERTIFICATE", sign(&x509.Certificate{Subject: pkix.Name{CommonName: "agent"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &ck.PublicKey, caKey), 0o644)
-	p.clientKey = write("client-key.pem", "PRIVATE KEY", keyDER(ck), 0o600)
-	return p
-}
 
 func randomSecret(t *testing.T) string {
 	b := make([]byte, 16)
@@ -119,17 +47,23 @@ func writeSecret(t *testing.T, dir, name, secret string) string {
 // of docs/security.md, listening on loopback.
 type secureBus struct {
 	url     string
-	pki     pki
+	pki     transporttest.PKI
 	dir     string
 	secrets map[string]string // user -> password
 	logs    *logBuf
 	log     *slog.Logger
 }
 
-func startSecureBus(t *testing.T) *secureBus {
+func startSecureBus(t *testing.T) *secureBus { return startSecureBusOn(t, "127.0.0.1:0", "") }
+
+// startSecureBusOn starts the bus on listen, with the PKI and passwords in
+// dir ("": a new temporary directory).
+func startSecureBusOn(t *testing.T, listen, dir string) *secureBus {
 	t.Helper()
-	dir := t.TempDir()
-	b := &secureBus{pki: newPKI(t, dir), dir: dir, secrets: map[string]string{}, logs: &logBuf{}}
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	b := &secureBus{pki: transporttest.NewPKI(t, dir), dir: dir, secrets: map[string]string{}, logs: &logBuf{}}
 	b.log = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	users := []transport.ServerUser{
 		{User: "agent-a", Role: transport.RoleAgent, Node: "node-a"},
@@ -143,9 +77,9 @@ func startSecureBus(t *testing.T) *secureBus {
 		users[i].PasswordFile = writeSecret(t, dir, "server-"+users[i].User+".pw", b.secrets[users[i].User])
 	}
 	cfg := transport.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg.Listen = listen
 	cfg.Server = transport.ServerConfig{
-		TLS:   transport.ServerTLS{CertFile: b.pki.serverCert, KeyFile: b.pki.serverKey, CAFile: b.pki.ca},
+		TLS:   transport.ServerTLS{CertFile: b.pki.ServerCert, KeyFile: b.pki.ServerKey, CAFile: b.pki.CA},
 		Users: users,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -168,7 +102,7 @@ func (b *secureBus) client(t *testing.T, user string) transport.Config {
 	t.Helper()
 	cfg := transport.DefaultConfig()
 	cfg.URL = b.url
-	cfg.TLS = transport.TLSConfig{CAFile: b.pki.ca, CertFile: b.pki.clientCert, KeyFile: b.pki.clientKey}
+	cfg.TLS = transport.TLSConfig{CAFile: b.pki.CA, CertFile: b.pki.ClientCert, KeyFile: b.pki.ClientKey}
 	cfg.User = user
 	cfg.PasswordFile = writeSecret(t, b.dir, "client-"+user+".pw", b.secrets[user])
 	cfg.Metrics = transport.NewConnMetrics()
@@ -458,7 +392,7 @@ func TestSecureBusRefusesBadClients(t *testing.T) {
 			t.Setenv(transport.PasswordEnv, "env-"+b.secrets["agent-a"])
 		}, true, []string{`user "agent-a"`}},
 		{"no client certificate", func(c *transport.Config) { c.TLS.CertFile, c.TLS.KeyFile = "", "" }, false, []string{"TLS", "nats.tls"}},
-		{"server certificate from another CA", func(c *transport.Config) { c.TLS.CAFile = b.pki.otherCA }, false, []string{"TLS", "ca_file"}},
+		{"server certificate from another CA", func(c *transport.Config) { c.TLS.CAFile = b.pki.OtherCA }, false, []string{"TLS", "ca_file"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -498,6 +432,38 @@ func TestSecureBusRefusesBadClients(t *testing.T) {
 			t.Logf("%v", err)
 		})
 	}
+	t.Run("TLS refused, server appears after the agent started", func(t *testing.T) {
+		// The agent's first attempt finds nothing; once the server
+		// answers, the refused TLS session stops the agent (fatal), never
+		// an endless silent retry.
+		dir := t.TempDir()
+		addr := freeAddr(t)
+		early := transporttest.NewPKI(t, dir) // the bus below rewrites the same files
+		cfg := transport.DefaultConfig()
+		cfg.URL = "tls://" + addr
+		cfg.TLS = transport.TLSConfig{CAFile: early.CA}
+		fatal := make(chan error, 1)
+		nc, err := transport.ConnectBackground(cfg, "agent", slog.New(slog.DiscardHandler), func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		startSecureBusOn(t, addr, dir)
+		select {
+		case err := <-fatal:
+			if !strings.Contains(err.Error(), "TLS") || !strings.Contains(err.Error(), "nats.tls") {
+				t.Fatalf("fatal: %v", err)
+			}
+			t.Logf("%v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no TLS failure reported 30 s after the server appeared")
+		}
+	})
 	t.Run("plain TCP to the TLS listener", func(t *testing.T) {
 		cfg := b.client(t, "agent-a")
 		cfg.TLS = transport.TLSConfig{}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestValidateSecurity: every bad nats security setting is reported with
@@ -26,9 +27,9 @@ func TestValidateSecurity(t *testing.T) {
 		return p
 	}
 	secret, open, groupRead := file("secret", 0o600), file("open", 0o644), file("group", 0o640)
-	p := newPKI(t, dir)
+	p := transporttest.NewPKI(t, dir)
 	users := []transport.ServerUser{{User: "a", PasswordFile: secret, Role: transport.RoleAgent, Node: "n1"}}
-	serverTLS := transport.ServerTLS{CertFile: p.serverCert, KeyFile: p.serverKey}
+	serverTLS := transport.ServerTLS{CertFile: p.ServerCert, KeyFile: p.ServerKey}
 	cases := []struct {
 		name string
 		set  func(*transport.Config)
@@ -43,7 +44,7 @@ func TestValidateSecurity(t *testing.T) {
 			[]string{"password_file", "readable by every user", "chmod 600 " + open}},
 		{"world-readable token", func(c *transport.Config) { c.URL, c.TokenFile = "nats://h:4222", open }, []string{"token_file", "chmod 600"}},
 		{"world-readable tls key", func(c *transport.Config) {
-			c.URL, c.TLS = "nats://h:4222", transport.TLSConfig{CertFile: p.clientCert, KeyFile: open}
+			c.URL, c.TLS = "nats://h:4222", transport.TLSConfig{CertFile: p.ClientCert, KeyFile: open}
 		}, []string{"tls.key_file", "chmod 600"}},
 		{"missing password file", func(c *transport.Config) { c.URL, c.User, c.PasswordFile = "nats://h:4222", "agent", dir+"/nope" },
 			[]string{"password_file", "no such file"}},
@@ -55,7 +56,7 @@ func TestValidateSecurity(t *testing.T) {
 			[]string{"token_file", "set together with nats.user", "one authentication method"}},
 		{"auth key and password in url", func(c *transport.Config) { c.URL, c.TokenFile = "nats://u:pw@h:4222", secret },
 			[]string{"remove the user, password or token from nats.url"}},
-		{"cert without key", func(c *transport.Config) { c.URL, c.TLS.CertFile = "nats://h:4222", p.clientCert }, []string{"cert_file and key_file"}},
+		{"cert without key", func(c *transport.Config) { c.URL, c.TLS.CertFile = "nats://h:4222", p.ClientCert }, []string{"cert_file and key_file"}},
 		{"open listen, no security", func(c *transport.Config) { c.Listen = "0.0.0.0:4222" },
 			[]string{"listen", "beyond loopback", "nats.server.tls.cert_file and key_file and nats.server.users"}},
 		{"empty host listen", func(c *transport.Config) { c.Listen = ":4222" }, []string{"beyond loopback"}},

@@ -101,7 +101,8 @@ func RolePermissions(u ServerUser) Permissions {
 		}
 		p := info(FlowsStream, MetersStream, DLQStream)
 		for _, st := range []string{FlowsStream, MetersStream, DLQStream} {
-			p = append(p, "$JS.API.STREAM.CREATE."+st, "$JS.API.STREAM.UPDATE."+st)
+			// LIST: the backlog gauges of every consumer (names and counts).
+			p = append(p, "$JS.API.STREAM.CREATE."+st, "$JS.API.STREAM.UPDATE."+st, "$JS.API.CONSUMER.LIST."+st)
 		}
 		for _, c := range [][2]string{{FlowsStream, d}, {MetersStream, d + MetersDurableSuffix}} {
 			p = append(p, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>",

@@ -294,7 +294,7 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 			return nil, authError(cfg, err)
 		}
 		if isTLSError(err) {
-			return nil, fmt.Errorf("connect nats %s: TLS: %w; check nats.tls (ca_file must hold the CA that signed the server's certificate; the server may require cert_file and key_file)", redact(cfg.URL), err)
+			return nil, tlsError(cfg, err)
 		}
 		log.Warn("NATS unreachable; retrying (nothing to consume until it answers)", "url", redact(cfg.URL), "attempt", attempt, "retry_in", delay, "err", err)
 		select {
@@ -328,10 +328,11 @@ func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(err
 		return nil, authError(cfg, err)
 	}
 	if isTLSError(err) {
-		return nil, fmt.Errorf("connect nats %s: TLS: %w; check nats.tls (ca_file must hold the CA that signed the server's certificate; the server may require cert_file and key_file)", redact(cfg.URL), err)
+		return nil, tlsError(cfg, err)
 	}
 	log.Warn("NATS unreachable at start; capture runs and batches go to the spool, connecting in the background",
 		"url", redact(cfg.URL), "err", err)
+	probeOpts := opts
 	opts = append(opts,
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", connectedURL(nc)) }),
@@ -344,7 +345,35 @@ func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(err
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s: %w", redact(cfg.URL), err)
 	}
+	if fatal != nil {
+		go probeUntilConnected(nc, cfg, probeOpts, fatal)
+	}
 	return nc, nil
+}
+
+// probeUntilConnected dials once in a while until nc is connected: nats.go
+// retries a TLS session the server refuses (no client certificate, an
+// untrusted CA) silently forever, so a probe connection finds out and
+// calls fatal, as for refused credentials.
+func probeUntilConnected(nc *nats.Conn, cfg Config, opts []nats.Option, fatal func(error)) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for range t.C {
+		if nc.IsConnected() || nc.IsClosed() {
+			return
+		}
+		probe, err := nats.Connect(cfg.URL, opts...)
+		switch {
+		case err == nil:
+			probe.Close() // reachable and accepted: nc connects by itself
+		case isTLSError(err):
+			fatal(tlsError(cfg, err))
+			return
+		case isAuthError(err):
+			fatal(authError(cfg, err))
+			return
+		}
+	}
 }
 
 // ErrAuth marks a server that answered and refused the credentials.
@@ -361,10 +390,14 @@ func authError(cfg Config, err error) error {
 		redact(cfg.URL), cfg.who(), ErrAuth, err, PasswordEnv)
 }
 
+func tlsError(cfg Config, err error) error {
+	return fmt.Errorf("connect nats %s: TLS: %w; check nats.tls (ca_file must hold the CA that signed the server's certificate; the server may require cert_file and key_file)", redact(cfg.URL), err)
+}
+
 // isTLSError: a handshake or certificate failure, which retrying cannot fix.
 func isTLSError(err error) bool {
 	s := err.Error()
-	return errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
 		strings.Contains(s, "x509:") || strings.Contains(s, "tls:")
 }
 

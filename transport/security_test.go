@@ -70,6 +70,7 @@ func startSecureBusOn(t *testing.T, listen, dir string) *secureBus {
 		{User: "agent-b", Role: transport.RoleAgent, Node: "node-b"},
 		{User: "collector", Role: transport.RoleCollector},
 		{User: "reader", Role: transport.RoleSubscriber},
+		{User: "replayer", Role: transport.RoleSubscriber, Ordered: true},
 		{User: "admin", Role: transport.RoleAdmin},
 	}
 	for i := range users {
@@ -265,6 +266,56 @@ func TestSecureBus(t *testing.T) {
 			t.Fatal("agent-a read the collector's consumer")
 		}
 	})
+	// A subscriber without a durable has live core subscriptions only: it
+	// can neither create a consumer (a durable nobody acks would hold the
+	// interest streams' backlog) nor touch the collector's.
+	refusedAPI := func(t *testing.T, what string, f func(context.Context) error) {
+		t.Helper()
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ccancel()
+		if err := f(cctx); err == nil {
+			t.Fatalf("%s: allowed", what)
+		}
+		t.Logf("refused: %s", what)
+	}
+	t.Run("subscriber creating a durable", func(t *testing.T) {
+		refusedAPI(t, "reader creates a durable", func(c context.Context) error {
+			_, err := rJS.CreateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{Durable: "hold-back", AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		})
+	})
+	t.Run("subscriber deleting the collector's durable", func(t *testing.T) {
+		refusedAPI(t, "reader deletes tapflow-collector", func(c context.Context) error {
+			return rJS.DeleteConsumer(c, transport.FlowsStream, transport.DefaultDurable)
+		})
+	})
+	pCfg := b.client(t, "replayer")
+	pNC, pJS := b.connect(t, pCfg)
+	_ = pNC
+	t.Run("ordered subscriber replays from the start", func(t *testing.T) {
+		oc, err := pJS.OrderedConsumer(ctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{transport.FlowsSubject("node-a")}, DeliverPolicy: jetstream.DeliverAllPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("ordered consumer: %v", err)
+		}
+		if m.Subject() != transport.FlowsSubject("node-a") {
+			t.Fatalf("got %s", m.Subject())
+		}
+	})
+	t.Run("ordered subscriber updating the collector's durable", func(t *testing.T) {
+		refusedAPI(t, "replayer updates tapflow-collector", func(c context.Context) error {
+			_, err := pJS.CreateOrUpdateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{Durable: transport.DefaultDurable, AckPolicy: jetstream.AckNonePolicy})
+			return err
+		})
+		refusedAPI(t, "replayer deletes tapflow-collector", func(c context.Context) error {
+			return pJS.DeleteConsumer(c, transport.FlowsStream, transport.DefaultDurable)
+		})
+	})
+
 	// Nothing agent A tried on node B's subject reached the stream.
 	st, err := colJS.Stream(ctx, transport.FlowsStream)
 	if err != nil {

@@ -45,9 +45,13 @@ type ServerUser struct {
 	// Node is the node an agent publishes for (role agent).
 	Node string `yaml:"node"`
 	// Durable is the collector's durable consumer (default
-	// tapflow-collector) or a subscriber's pre-created durable (empty: the
-	// subscriber may create ephemeral, ordered consumers).
+	// tapflow-collector) or a subscriber's pre-created durable, which it
+	// may read and ack (nothing else).
 	Durable string `yaml:"durable"`
+	// Ordered lets a subscriber create its own ephemeral (ordered)
+	// consumers, e.g. to replay from a point in time; without it and
+	// without durable a subscriber only has live core subscriptions.
+	Ordered bool `yaml:"ordered"`
 }
 
 // Roles of nats.server.users.
@@ -64,8 +68,9 @@ const internalUser = "tapflow-internal"
 
 // Permissions is what one user may publish and subscribe to.
 type Permissions struct {
-	Publish   []string
-	Subscribe []string
+	Publish     []string
+	PublishDeny []string
+	Subscribe   []string
 }
 
 // RolePermissions is the least-privilege allow list of u's role: agents
@@ -116,14 +121,22 @@ func RolePermissions(u ServerUser) Permissions {
 		if u.Durable != "" {
 			p = append(p, consume(FlowsStream, u.Durable)...)
 			p = append(p, consume(MetersStream, u.Durable)...)
-		} else {
-			// Ordered consumers: ephemeral, named by the client.
+		}
+		var deny []string
+		if u.Ordered {
+			// Ordered consumers are named by the client, so the allow
+			// list cannot pin the name: the collector's default durables
+			// are denied (a create under an existing name would update
+			// it), and no delete is allowed at all.
 			for _, st := range []string{FlowsStream, MetersStream} {
 				p = append(p, "$JS.API.CONSUMER.CREATE."+st+".*", "$JS.API.CONSUMER.CREATE."+st+".*.>",
-					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*", "$JS.API.CONSUMER.DELETE."+st+".*")
+					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*")
+			}
+			for _, c := range [][2]string{{FlowsStream, DefaultDurable}, {MetersStream, DefaultDurable + MetersDurableSuffix}} {
+				deny = append(deny, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>")
 			}
 		}
-		return Permissions{Publish: p, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}
+		return Permissions{Publish: p, PublishDeny: deny, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}
 	}
 	return Permissions{Publish: []string{">"}, Subscribe: []string{">"}} // admin
 }
@@ -189,6 +202,9 @@ func (c Config) validateServer(e *units.Errors) {
 		case !nkeys.IsValidPublicUserKey(u.Nkey):
 			e.Add(key+".nkey", "not a public user nkey", "use the U… public key (nk -inkey seed -pubout), never the seed")
 		}
+		if u.Ordered && u.Role != RoleSubscriber {
+			e.Add(key+".ordered", "only for role subscriber", "remove it")
+		}
 		switch u.Role {
 		case RoleAgent:
 			if !subjectToken(u.Node) {
@@ -240,7 +256,7 @@ func applyServerSecurity(opts *server.Options, s ServerConfig) (string, error) {
 	for _, u := range s.Users {
 		p := RolePermissions(u)
 		perms := &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: p.Publish},
+			Publish:   &server.SubjectPermission{Allow: p.Publish, Deny: p.PublishDeny},
 			Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
 		}
 		if u.Nkey != "" {

@@ -291,7 +291,6 @@ func TestSecureBus(t *testing.T) {
 	})
 	pCfg := b.client(t, "replayer")
 	pNC, pJS := b.connect(t, pCfg)
-	_ = pNC
 	t.Run("ordered subscriber replays from the start", func(t *testing.T) {
 		oc, err := pJS.OrderedConsumer(ctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{transport.FlowsSubject("node-a")}, DeliverPolicy: jetstream.DeliverAllPolicy})
@@ -313,6 +312,13 @@ func TestSecureBus(t *testing.T) {
 		})
 		refusedAPI(t, "replayer deletes tapflow-collector", func(c context.Context) error {
 			return pJS.DeleteConsumer(c, transport.FlowsStream, transport.DefaultDurable)
+		})
+		refusedAPI(t, "replayer pulls from tapflow-collector", func(c context.Context) error {
+			// A raw pull request under the collector's durable name.
+			msg := nats.NewMsg("$JS.API.CONSUMER.MSG.NEXT." + transport.FlowsStream + "." + transport.DefaultDurable)
+			msg.Data = []byte(`{"batch":1,"expires":1000000000}`)
+			_, err := pNC.RequestMsgWithContext(c, msg)
+			return err
 		})
 	})
 

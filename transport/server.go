@@ -127,13 +127,15 @@ func RolePermissions(u ServerUser) Permissions {
 			// Ordered consumers are named by the client, so the allow
 			// list cannot pin the name: the collector's default durables
 			// are denied (a create under an existing name would update
-			// it), and no delete is allowed at all.
+			// it, a pull would take its messages), and no delete is
+			// allowed at all.
 			for _, st := range []string{FlowsStream, MetersStream} {
 				p = append(p, "$JS.API.CONSUMER.CREATE."+st+".*", "$JS.API.CONSUMER.CREATE."+st+".*.>",
 					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*")
 			}
 			for _, c := range [][2]string{{FlowsStream, DefaultDurable}, {MetersStream, DefaultDurable + MetersDurableSuffix}} {
-				deny = append(deny, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>")
+				deny = append(deny, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>",
+					"$JS.API.CONSUMER.MSG.NEXT."+c[0]+"."+c[1]) // no pulling the collector's messages away
 			}
 		}
 		return Permissions{Publish: p, PublishDeny: deny, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}

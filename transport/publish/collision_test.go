@@ -5,14 +5,12 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -21,18 +19,6 @@ import (
 	"github.com/tapflow/tapflow/transport/publish/spool"
 	"github.com/tapflow/tapflow/transport/transporttest"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestForgedMsgIDDoesNotDropABatch: another publisher sends the agent's
 // next Nats-Msg-Ids first (the dedupe attack of docs/security.md). The
@@ -45,7 +31,7 @@ func TestForgedMsgIDDoesNotDropABatch(t *testing.T) {
 		t.Run("spool="+strconv.FormatBool(spooled), func(t *testing.T) {
 			s := transporttest.Run(t, "")
 			reg := prometheus.NewRegistry()
-			var logs lockedBuf
+			var logs logBuffer
 			opts := publish.Options{AgentID: "agent-b", Node: "node-b", StateDir: t.TempDir(), NATS: transport.DefaultConfig(),
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: reg}
 			if spooled {
@@ -93,7 +79,7 @@ func TestForgedMsgIDDoesNotDropABatch(t *testing.T) {
 			if second <= first+100 {
 				t.Errorf("second batch published as seq %d, inside the burned range %d..%d", second, first+1, first+100)
 			}
-			if n := testutil.ToFloat64(counter(t, reg, "tapflow_publish_id_collisions_total")); n != 1 {
+			if n, ok := gathered(t, reg, "tapflow_publish_id_collisions_total", nil); !ok || n != 1 {
 				t.Errorf("tapflow_publish_id_collisions_total = %v, want 1", n)
 			}
 			if !strings.Contains(logs.String(), "another publisher") {
@@ -120,20 +106,4 @@ func TestForgedMsgIDDoesNotDropABatch(t *testing.T) {
 			}
 		})
 	}
-}
-
-// counter finds a registered counter by name.
-func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "copy"}, func() float64 { return mf.GetMetric()[0].GetCounter().GetValue() })
-		}
-	}
-	t.Fatalf("no %s", name)
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -333,6 +334,12 @@ func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(err
 	log.Warn("NATS unreachable at start; capture runs and batches go to the spool, connecting in the background",
 		"url", redact(cfg.URL), "err", err)
 	probeOpts := opts
+	if fatal != nil {
+		// Called once, whether the close handler or the probe finds out.
+		var once sync.Once
+		f := fatal
+		fatal = func(err error) { once.Do(func() { f(err) }) }
+	}
 	opts = append(opts,
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", connectedURL(nc)) }),

@@ -350,9 +350,14 @@ func (l *Lab) upServers(ctx context.Context) error {
 	return nil
 }
 
+// readyTimeout bounds the wait for the lab servers. They are ordinary
+// processes that start in well under a second, but on a loaded 2-core CI
+// box (test packages in parallel) 20 s was once not enough for two of them.
+const readyTimeout = 2 * time.Minute
+
 // waitReady waits for every lab server's ready file and every VIP.
 func (l *Lab) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(readyTimeout)
 	ents := func() map[string]bool {
 		m := map[string]bool{}
 		es, _ := os.ReadDir(filepath.Join(l.dir, "ready"))
@@ -393,7 +398,7 @@ func (l *Lab) waitReady(ctx context.Context) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lab servers not ready after 20s: %s (logs in %s)", strings.Join(missing, ", "), filepath.Join(l.dir, "logs"))
+			return fmt.Errorf("lab servers not ready after %s: %s (logs in %s)", readyTimeout, strings.Join(missing, ", "), filepath.Join(l.dir, "logs"))
 		}
 		select {
 		case <-ctx.Done():

@@ -8,17 +8,22 @@ func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) (macEntry, bool) {
 	return e, ok && e.ep != nil && (e.deleteAt == 0 || nowUS < e.deleteAt)
 }
 
-// lookupPrefix is the longest-prefix match on (tenant, remote) and then on
-// the global rows; the global table always matches (catchall external).
-func (s *Snapshot) lookupPrefix(tenant uint32, a netip.Addr) *rowVal {
-	var i int32 = -1
+// lookupPrefix is the longest-prefix match on the VM tenant's rows and the
+// rows reachable from its port's subnets (domain) — the longer match wins,
+// the tenant's on a tie — and then on the global rows; the global table
+// always matches (catchall external).
+func (s *Snapshot) lookupPrefix(tenant, domain uint32, a netip.Addr) *rowVal {
+	var i, d int32 = -1, -1
 	if a.Is4() {
 		b := a.As4()
 		k := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 		if tenant != 0 && int(tenant) < len(s.tables) {
 			i = s.tables[tenant].v4.lookup(k)
 		}
-		if i < 0 {
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v4.lookup(k)
+		}
+		if i < 0 && d < 0 {
 			i = s.tables[0].v4.lookup(k)
 		}
 	} else {
@@ -26,9 +31,15 @@ func (s *Snapshot) lookupPrefix(tenant uint32, a netip.Addr) *rowVal {
 		if tenant != 0 && int(tenant) < len(s.tables) {
 			i = s.tables[tenant].v6.lookup(k)
 		}
-		if i < 0 {
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v6.lookup(k)
+		}
+		if i < 0 && d < 0 {
 			i = s.tables[0].v6.lookup(k)
 		}
+	}
+	if d >= 0 && (i < 0 || s.vals[d].bits > s.vals[i].bits) {
+		i = d
 	}
 	if i < 0 {
 		return nil
@@ -54,7 +65,9 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //  2. VM MAC unknown (or its ghost expired) → unknown / miss;
 //  3. peer MAC a known VM-like port → amphora base-address test (infra,
 //     segment 2), else exact tenant comparison;
-//  4. otherwise longest prefix on (VM tenant, remote IP), then global rows;
+//  4. otherwise longest prefix on (VM tenant, remote IP) and on the rows
+//     reachable from the VM port's subnets through their routers, then
+//     global rows;
 //  5. external records get the exit label: the peer router MAC's network,
 //     else the VM port's fallback, else none.
 func (s *Snapshot) Attribute(in *Input, out *Result) {
@@ -120,11 +133,15 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	if !remote.IsValid() {
 		return // no address to classify: miss
 	}
-	r := s.lookupPrefix(vme.tenant, remote)
+	r := s.lookupPrefix(vme.tenant, vme.domain, remote)
 	if r == nil {
 		return
 	}
 	out.Zone, out.PeerTenantID = r.zone, r.peer
+	if r.zone == ZoneOtherTenant && r.peer == vm.TenantID {
+		// a domain row names the owner; it is the VM's own tenant
+		out.Zone = ZoneSameTenant
+	}
 	if r.zone != ZoneExternal {
 		return
 	}

@@ -16,6 +16,10 @@ const (
 	macR1T1c     = "fa:16:3e:00:00:03"
 	macR2T2      = "fa:16:3e:00:00:11"
 	macR3T2      = "fa:16:3e:00:00:31"
+	macR4T3      = "fa:16:3e:00:00:41"
+	macR4T2      = "fa:16:3e:00:00:42"
+	macT3A       = "fa:16:3e:e3:00:01"
+	macT2R       = "fa:16:3e:e3:00:02"
 	macDHCP      = "fa:16:3e:00:00:21"
 	macA1        = "fa:16:3e:a1:00:01"
 	macA2        = "fa:16:3e:a1:00:02"
@@ -125,6 +129,20 @@ func TestAttributeRules(t *testing.T) {
 		{"extraroute through an appliance VM", in(t, tx, macA1, macR1T1c, "10.0.3.10", "192.168.100.5"), want{tenant: "t1", zone: "same_tenant", peer: "t1"}},
 		{"dangling extraroute is external", in(t, tx, macA1, macR1T1c, "10.0.3.10", "10.99.1.1"), want{tenant: "t1", zone: "external", ext: "public"}},
 		{"same CIDR is same_tenant from the owner's view", in(t, tx, macB1, macR2T2, "10.50.0.10", "10.50.3.3"), want{tenant: "t2", zone: "same_tenant", peer: "t2"}},
+		// cross-tenant through routers (issue 14 item 1): r4 (t2's, no
+		// gateway) joins t2's network and t3's, which t3 shares to t2 by
+		// RBAC; never external, whatever the path
+		{"router joins two projects: t2 VM to t3 VM", in(t, tx, macB1, macR4T2, "10.50.0.10", "10.60.0.10"), want{tenant: "t2", zone: "other_tenant", peer: "t3"}},
+		{"router joins two projects: t3 VM receives from t2 VM", in(t, rx, macT3A, macR4T3, "10.60.0.10", "10.50.0.10"), want{tenant: "t3", zone: "other_tenant", peer: "t2"}},
+		{"router joins two projects: t3 VM to t2 VM", in(t, tx, macT3A, macR4T3, "10.60.0.10", "10.50.0.10"), want{tenant: "t3", zone: "other_tenant", peer: "t2"}},
+		{"RBAC: t2 port on t3's network routed to t2's own subnet", in(t, tx, macT2R, macR4T3, "10.60.0.20", "10.50.0.10"), want{tenant: "t2", zone: "same_tenant", peer: "t2"}},
+		{"RBAC: t2's address on t3's network is t2's, not t3's", in(t, rx, macB1, macR4T2, "10.50.0.10", "10.60.0.20"), want{tenant: "t2", zone: "same_tenant", peer: "t2"}},
+		{"RBAC: same L2, unknown peer MAC, t3's address", in(t, tx, macT2R, macOVNDHCP, "10.60.0.20", "10.60.0.10"), want{tenant: "t2", zone: "other_tenant", peer: "t3"}},
+		{"RBAC: the owner sees t2's port on its network as other_tenant", in(t, tx, macT3A, macOVNDHCP, "10.60.0.10", "10.60.0.20"), want{tenant: "t3", zone: "other_tenant", peer: "t2"}},
+		{"extraroute of the joining router into another project's appliance", in(t, tx, macB1, macR4T2, "10.50.0.10", "10.70.0.5"), want{tenant: "t2", zone: "other_tenant", peer: "t3"}},
+		{"extraroute of another project's router, seen by t3", in(t, rx, macT3A, macR4T3, "10.60.0.10", "10.70.0.5"), want{tenant: "t3", zone: "same_tenant", peer: "t3"}},
+		{"the joining router's address on the other project's subnet is infra", in(t, tx, macB1, macR4T2, "10.50.0.10", "10.60.0.254"), want{tenant: "t2", zone: "infra"}},
+		{"outside every joined network is still external", in(t, tx, macT3A, macR4T3, "10.60.0.10", "8.8.8.8"), want{tenant: "t3", zone: "external"}},
 		// §1.10 FIP hairpin: external on both taps
 		{"FIP hairpin, sender", in(t, tx, macA1, macR1T1c, "10.0.3.10", "203.0.113.51"), want{tenant: "t1", zone: "external", ext: "public"}},
 		{"FIP hairpin, receiver", in(t, rx, macA2, macR1T1c, "10.0.3.11", "203.0.113.50"), want{tenant: "t1", zone: "external", ext: "public"}},

@@ -55,8 +55,13 @@ type Endpoint struct {
 	DeleteAtUS      int64 // 0 while the port exists; else when the ghost expires (µs)
 
 	tenant uint32
-	base   []netip.Addr // amphora data port fixed IPs (segment 2 side)
-	vips   []netip.Addr // the load balancer's VIPs (segment 1 side)
+	// domain indexes the rows reachable from the port's subnets (its own
+	// subnets and every subnet and route of the routers attached to them);
+	// domainKey names it across builds (ghosts).
+	domain    uint32
+	domainKey string
+	base      []netip.Addr // amphora data port fixed IPs (segment 2 side)
+	vips      []netip.Addr // the load balancer's VIPs (segment 1 side)
 }
 
 // Options control Build.
@@ -96,6 +101,8 @@ type Snapshot struct {
 	labels    []string          // router exit labels, by macEntry.label
 	tenants   []string          // project by tenant index; 0 is ""
 	tables    []tables          // 0: global rows; i: tenant i
+	domains   []tables          // 0: none; i: rows reachable from one set of subnets
+	domainIdx map[string]uint32
 	vals      []rowVal
 	tenantIdx map[string]uint32
 	anomalies []Anomaly
@@ -106,6 +113,7 @@ type macEntry struct {
 	ep       *Endpoint // nil: router interface only
 	deleteAt int64     // ep's ghost deadline (µs), 0 while live
 	tenant   uint32
+	domain   uint32
 	amphora  bool
 	label    int32 // router exit label index, -1: not a gatewayed router MAC
 }
@@ -118,6 +126,7 @@ type tables struct {
 type rowVal struct {
 	zone Zone
 	peer string // peer tenant for same/other rows
+	bits uint8  // prefix length, set when the tables are flattened
 }
 
 // Version is the snapshot's metadata_version.
@@ -201,6 +210,18 @@ type builder struct {
 	portSubs   map[string][]*subnetInfo           // port id → subnets of its fixed IPs
 	subRouters map[*subnetInfo][]*routerInfo      // routers with an interface on the subnet, by id
 	routerMAC  map[uint64]string                  // gatewayed router interface MAC → exit label
+	portTenant map[string]string                  // admitted VM-like port → tenant billed (LB owner for amphorae)
+	domainIdx  map[string]uint32                  // sorted subnet ids → domain
+	drows      []map[netip.Prefix]rowVal          // domain rows; 0 unused
+	subRows    map[*subnetInfo][]prow             // cache of subnetRows
+	rtRows     map[*routerInfo][]prow             // cache of router route rows, owner-relative
+	subPorts   map[string][]*inventory.Port       // subnet id → ports with a fixed IP on it
+}
+
+// prow is a prefix row before it is put into a table.
+type prow struct {
+	p netip.Prefix
+	v rowVal
 }
 
 type subnetAddr struct {
@@ -244,6 +265,10 @@ func (b *builder) addRow(tenant uint32, p netip.Prefix, v rowVal) {
 		m = map[netip.Prefix]rowVal{}
 		b.rows[tenant] = m
 	}
+	putRow(m, p, v)
+}
+
+func putRow(m map[netip.Prefix]rowVal, p netip.Prefix, v rowVal) {
 	p = p.Masked()
 	if old, ok := m[p]; ok {
 		if zoneRank(old.zone) > zoneRank(v.zone) || (zoneRank(old.zone) == zoneRank(v.zone) && old.peer <= v.peer) {
@@ -281,15 +306,20 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	}
 	b := &builder{
 		inv: inv, opt: opt,
-		networks:  map[string]*inventory.Network{},
-		subnets:   map[string]*subnetInfo{},
-		portsByIP: map[subnetAddr]*inventory.Port{},
-		routers:   map[string]*routerInfo{},
-		tenantIdx: map[string]uint32{},
-		rows:      map[uint32]map[netip.Prefix]rowVal{},
-		fipLabels: map[string][]string{},
-		portIPs:   map[string][]netip.Addr{},
-		portSubs:  map[string][]*subnetInfo{},
+		networks:   map[string]*inventory.Network{},
+		subnets:    map[string]*subnetInfo{},
+		portsByIP:  map[subnetAddr]*inventory.Port{},
+		routers:    map[string]*routerInfo{},
+		tenantIdx:  map[string]uint32{},
+		rows:       map[uint32]map[netip.Prefix]rowVal{},
+		fipLabels:  map[string][]string{},
+		portIPs:    map[string][]netip.Addr{},
+		portSubs:   map[string][]*subnetInfo{},
+		portTenant: map[string]string{},
+		domainIdx:  map[string]uint32{},
+		drows:      []map[netip.Prefix]rowVal{nil},
+		subRows:    map[*subnetInfo][]prow{},
+		rtRows:     map[*routerInfo][]prow{},
 	}
 	b.indexNetworks()
 	b.indexPorts()
@@ -300,12 +330,14 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	eps := b.endpoints(&s.stats)
 	b.prefixRows()
 	b.routeRows()
-	s.tables, s.vals = b.flattenTables(&s.stats)
+	b.domainRows(eps)
+	s.tables, s.domains, s.vals = b.flattenTables(&s.stats)
+	s.domainIdx = b.domainIdx
 	b.carryGhosts(s, eps)
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
 	s.taps = make(map[string]uint64, len(eps))
 	for mac, e := range eps {
-		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, amphora: e.Amphora, label: -1}
+		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
 		if !e.AAP && e.PortID != "" {
 			s.taps["tap"+e.PortID[:min(11, len(e.PortID))]] = mac
 		}
@@ -638,6 +670,8 @@ func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 			e.ExternalNetwork = b.externalFallback(p)
 		}
 		e.tenant = b.intern(e.TenantID)
+		e.domainKey, _ = b.portDomain(p.ID)
+		b.portTenant[p.ID] = e.TenantID
 		claims[mac] = append(claims[mac], claim{e: e, primary: true})
 		for _, pair := range p.AllowedAddressPairs {
 			if pair.MACAddress == "" {
@@ -805,19 +839,19 @@ func (b *builder) routeRows() {
 				b.anomaly(AnomalyInvalidIP, "router", id, "route nexthop %q does not parse or is not in the destination's family", rt.NextHop)
 				continue
 			}
-			v := b.resolve(ri, dest.Masked(), nh)
+			v := b.resolve(ri, src, dest.Masked(), nh)
 			b.addRow(b.intern(src), dest, v)
 		}
 	}
 }
 
-func (b *builder) flattenTables(st *Stats) ([]tables, []rowVal) {
-	t := make([]tables, len(b.tenants)+1)
+func (b *builder) flattenTables(st *Stats) ([]tables, []tables, []rowVal) {
 	var vals []rowVal
 	valIdx := map[rowVal]int32{}
-	for tenant, m := range b.rows {
+	flat := func(m map[netip.Prefix]rowVal) tables {
 		var r4, r6 []row
 		for p, v := range m {
+			v.bits = uint8(p.Bits())
 			i, ok := valIdx[v]
 			if !ok {
 				i = int32(len(vals))
@@ -832,9 +866,19 @@ func (b *builder) flattenTables(st *Stats) ([]tables, []rowVal) {
 		}
 		st.Rows4 += len(r4)
 		st.Rows6 += len(r6)
-		t[tenant] = tables{v4: buildLPM4(r4), v6: buildLPM6(r6)}
+		return tables{v4: buildLPM4(r4), v6: buildLPM6(r6)}
 	}
-	return t, vals
+	t := make([]tables, len(b.tenants)+1)
+	for tenant, m := range b.rows {
+		t[tenant] = flat(m)
+	}
+	d := make([]tables, len(b.drows))
+	for i, m := range b.drows {
+		if i > 0 {
+			d[i] = flat(m)
+		}
+	}
+	return t, d, vals
 }
 
 // carryGhosts keeps MACs that left the inventory attributing until their
@@ -868,6 +912,7 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		if i, ok := s.tenantIdx[g.TenantID]; ok && int(i) < len(s.tables) {
 			g.tenant = i
 		}
+		g.domain = s.domainIdx[g.domainKey] // 0 when its subnets are gone
 		eps[mac] = &g
 		s.stats.Ghosts++
 	}

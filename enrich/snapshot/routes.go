@@ -22,11 +22,11 @@ func zoneFor(owner, src string, n *inventory.Network) rowVal {
 }
 
 // resolve traces an extraroute of router r through its next hops and
-// returns the zone of its destination (§1.8). Every dead end is external:
-// the safe billing direction.
-func (b *builder) resolve(r *routerInfo, dest netip.Prefix, nh netip.Addr) rowVal {
+// returns the zone of its destination (§1.8) as seen by tenant src ("":
+// nobody's, so an owned network reads other_tenant with its owner). Every
+// dead end is external: the safe billing direction.
+func (b *builder) resolve(r *routerInfo, src string, dest netip.Prefix, nh netip.Addr) rowVal {
 	ext := rowVal{zone: ZoneExternal}
-	src := r.r.Project()
 	cur := r
 	visited := map[string]bool{r.r.ID: true}
 	for hop := 0; hop < b.opt.MaxRouteHops; hop++ {

@@ -343,3 +343,55 @@ func TestApplyZeroAllocForKnownRecords(t *testing.T) {
 		t.Errorf("%v allocs per batch", a)
 	}
 }
+
+// TestLateBindingMulticast: multicast from (or to) a VM whose port is not
+// yet known is held like any other record and attributed in full once the
+// port appears; received multicast names its VM by the tap. Multicast that
+// can never bind (a group MAC on the VM side and no tap) is not held, and an
+// expired multicast record stays multicast.
+func TestLateBindingMulticast(t *testing.T) {
+	fx := newFixture(t, inv1, nil)
+	ctx := context.Background()
+	if err := fx.e.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := rec("fa:16:3e:00:00:20", "01:00:5e:00:00:fb", "10.0.0.20", "224.0.0.251")
+	recv := schemas.Flow{Direction: "rx", VMMAC: "01:00:5e:00:00:fb", PeerMAC: "fa:16:3e:00:00:10", SrcIP: "10.0.0.10", DstIP: "224.0.0.251", Ifname: "tapp2", Bytes: 100}
+	noTap := recv
+	noTap.Ifname = ""
+	out := fx.apply(ctx, sent, recv, noTap)
+	if len(out) != 1 || out[0].Ifname != "" || out[0].Zone != "multicast" || out[0].TenantID != "unknown" {
+		t.Fatalf("first batch (only the unbindable record passes): %+v", out)
+	}
+	if g := testutil.ToFloat64(fx.e.m.held); g != 2 {
+		t.Fatalf("held %v, want 2", g)
+	}
+	fx.write(inv2)
+	fx.clk.add(5 * time.Second)
+	if err := fx.e.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out = fx.apply(ctx)
+	if len(out) != 2 {
+		t.Fatalf("released %d, want 2", len(out))
+	}
+	for _, f := range out {
+		if f.TenantID != "t1" || f.ServerID != "vm2" || f.PortID != "p2" || f.Zone != "multicast" || f.MetadataVersion != 2 {
+			t.Errorf("late-bound multicast %+v", f)
+		}
+	}
+	// never bound: released at the end of the window, still multicast
+	ghost := rec("fa:16:3e:00:00:77", "33:33:00:00:00:01", "fe80::1", "ff02::1")
+	if out := fx.apply(ctx, ghost); len(out) != 0 {
+		t.Fatalf("not held: %+v", out)
+	}
+	before := testutil.ToFloat64(fx.e.m.records[snapshot.ZoneMulticast])
+	fx.clk.add(61 * time.Second)
+	out = fx.apply(ctx)
+	if len(out) != 1 || out[0].Zone != "multicast" || out[0].TenantID != "unknown" {
+		t.Fatalf("window release %+v", out)
+	}
+	if g := testutil.ToFloat64(fx.e.m.records[snapshot.ZoneMulticast]) - before; g != 1 {
+		t.Errorf("multicast records counted %v, want 1", g)
+	}
+}

@@ -16,7 +16,8 @@ var _ pipeline.Transform = (*Engine)(nil)
 // of the batch into the late-binding buffer; held records that can now be
 // attributed, or whose window is over, or that a full buffer pushes out,
 // are appended to this batch. When ctx is done everything held is appended
-// (as unknown/miss when still unknown), so shutdown loses nothing. Never
+// (as unknown — miss, or multicast — when still unknown), so shutdown
+// loses nothing. Never
 // fails.
 func (e *Engine) Apply(ctx context.Context, b *pipeline.Batch) error {
 	s := e.snap.Load()
@@ -37,14 +38,14 @@ func (e *Engine) attribute(s *snapshot.Snapshot, now time.Time, recs []schemas.F
 	var bad int
 	var r snapshot.Result
 	w := 0
-	var hold []schemas.Flow
+	var hold []heldRecord
 	for i := range recs {
 		f := &recs[i]
 		if err := s.AttributeFlow(f, nowUS, &r); err != nil {
 			bad++
 		}
 		if r.UnknownVM && late {
-			hold = append(hold, *f)
+			hold = append(hold, heldRecord{f: *f, at: now, version: s.Version(), zone: r.Zone})
 			continue
 		}
 		zones[r.Zone]++
@@ -71,7 +72,7 @@ func (e *Engine) attribute(s *snapshot.Snapshot, now time.Time, recs []schemas.F
 // release re-attributes held records against s when s is newer than the
 // snapshot they last tried, appends the resolved and the expired ones to
 // out, adds hold, and evicts the oldest beyond the bound.
-func (e *Engine) release(s *snapshot.Snapshot, now time.Time, hold, out []schemas.Flow, zones *[len(zoneIndex)]int) []schemas.Flow {
+func (e *Engine) release(s *snapshot.Snapshot, now time.Time, hold []heldRecord, out []schemas.Flow, zones *[len(zoneIndex)]int) []schemas.Flow {
 	e.lateMu.Lock()
 	defer e.lateMu.Unlock()
 	nowUS := now.UnixMicro()
@@ -89,23 +90,21 @@ func (e *Engine) release(s *snapshot.Snapshot, now time.Time, hold, out []schema
 				e.m.resolved.Inc()
 				continue
 			}
-			h.f = f
+			h.f, h.zone = f, r.Zone
 		}
 		if now.Sub(h.at) >= window {
 			out = append(out, h.f)
-			zones[snapshot.ZoneMiss]++
+			zones[h.zone]++
 			e.m.releasedWindow.Inc()
 			continue
 		}
 		keep = append(keep, h)
 	}
-	for _, f := range hold {
-		keep = append(keep, heldRecord{f: f, at: now, version: s.Version()})
-	}
+	keep = append(keep, hold...)
 	if over := len(keep) - e.cfg.LateBinding.MaxRecords; over > 0 {
 		for _, h := range keep[:over] {
 			out = append(out, h.f)
-			zones[snapshot.ZoneMiss]++
+			zones[h.zone]++
 			e.m.releasedFull.Inc()
 		}
 		keep = append(keep[:0], keep[over:]...)

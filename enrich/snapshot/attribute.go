@@ -92,6 +92,9 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	}
 	if IsGroupMAC(in.DstMAC()) {
 		out.Zone = ZoneMulticast
+		// Late binding like any other record, when a later snapshot can
+		// name the VM: by its MAC, or on receive by its tap.
+		out.UnknownVM = !known && (!IsGroupMAC(in.VMMAC) || in.Tap != "")
 		return
 	}
 	if !known {

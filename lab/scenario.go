@@ -85,16 +85,18 @@ func (s Step) String() string {
 // amphora name) sum to at least Min and at most Max bytes. Bytes is the
 // payload shorthand: Min = Bytes, Max = 1.15 × Bytes + 64 KiB.
 type Expect struct {
-	Tenant          string          `yaml:"tenant"`
-	Zone            string          `yaml:"zone"`
-	Dir             string          `yaml:"dir"`
-	ExternalNetwork string          `yaml:"external_network"`
-	LB              string          `yaml:"lb"`
-	LBSegment       *int            `yaml:"lb_segment"`
-	Server          string          `yaml:"server"`
-	Bytes           units.ByteSize  `yaml:"bytes"`
-	Min             *units.ByteSize `yaml:"min"`
-	Max             *units.ByteSize `yaml:"max"`
+	Tenant          string `yaml:"tenant"`
+	Zone            string `yaml:"zone"`
+	Dir             string `yaml:"dir"`
+	ExternalNetwork string `yaml:"external_network"`
+	LB              string `yaml:"lb"`
+	LBSegment       *int   `yaml:"lb_segment"`
+	Server          string `yaml:"server"`
+	// Member is the pool member on this server (flow.v1.1 member_id).
+	Member string          `yaml:"member"`
+	Bytes  units.ByteSize  `yaml:"bytes"`
+	Min    *units.ByteSize `yaml:"min"`
+	Max    *units.ByteSize `yaml:"max"`
 }
 
 func (e Expect) String() string {
@@ -113,6 +115,7 @@ func (e Expect) String() string {
 		add("lb_segment", fmt.Sprint(*e.LBSegment))
 	}
 	add("server", e.Server)
+	add("member", e.Member)
 	if len(parts) == 0 {
 		return "all records"
 	}
@@ -237,6 +240,20 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 			return nil, fmt.Errorf("no server or amphora %q", e.Server)
 		}
 	}
+	var members map[string]bool
+	if e.Member != "" {
+		members = map[string]bool{}
+		for _, l := range c.LBs {
+			for _, m := range l.Members {
+				if m.Server != nil && m.Server.Name == e.Member {
+					members[m.ID] = true
+				}
+			}
+		}
+		if len(members) == 0 {
+			return nil, fmt.Errorf("member %q: no load balancer has a member on that server", e.Member)
+		}
+	}
 	if e.Dir != "" && e.Dir != "tx" && e.Dir != "rx" {
 		return nil, fmt.Errorf("dir %q: use tx or rx", e.Dir)
 	}
@@ -244,7 +261,7 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 		return (tenant == "" || f.TenantID == tenant) && (e.Zone == "" || f.Zone == e.Zone) &&
 			(e.Dir == "" || f.Direction == e.Dir) && (e.ExternalNetwork == "" || f.ExternalNetwork == e.ExternalNetwork) &&
 			(lb == "" || f.LBID == lb) && (e.LBSegment == nil || int(f.LBSegment) == *e.LBSegment) &&
-			(server == "" || f.ServerID == server)
+			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID])
 	}, nil
 }
 

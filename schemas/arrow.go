@@ -2,6 +2,9 @@ package schemas
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -16,12 +19,18 @@ import (
 // Parquet file key-value metadata.
 const MetadataKey = "tapflow.schema"
 
+// VersionKey is the key of the schema's major.minor version ("1.1" for
+// flow.v1 with the columns of minor 1) in Arrow schema metadata and Parquet
+// file key-value metadata. Minor versions only add columns.
+const VersionKey = "tapflow.schema_version"
+
 // Table binds a record type to its column table (package columns) and its
 // generated column codecs: the Arrow schema, Arrow conversion and the
 // Parquet schema of one record type. FlowTable and MeterTable are the
 // tables; their methods are safe for concurrent use.
 type Table[T any] struct {
 	name   string
+	minor  int
 	cols   []columns.Column
 	encode func([]T) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
@@ -31,13 +40,23 @@ type Table[T any] struct {
 }
 
 // FlowTable is flow.v1.
-var FlowTable = &Table[Flow]{name: columns.SchemaName, cols: columns.FlowV1, encode: encodeFlowColumns, decode: decodeFlowColumns}
+var FlowTable = &Table[Flow]{name: columns.SchemaName, minor: columns.FlowMinor, cols: columns.FlowV1, encode: encodeFlowColumns, decode: decodeFlowColumns}
 
 // MeterTable is meter.v1.
-var MeterTable = &Table[Meter]{name: columns.MeterSchemaName, cols: columns.MeterV1, encode: encodeMeterColumns, decode: decodeMeterColumns}
+var MeterTable = &Table[Meter]{name: columns.MeterSchemaName, minor: columns.MeterMinor, cols: columns.MeterV1, encode: encodeMeterColumns, decode: decodeMeterColumns}
 
 // Name is the schema name (flow.v1): the value of MetadataKey.
 func (t *Table[T]) Name() string { return t.name }
+
+// Version is the schema's "major.minor" (VersionKey): flow.v1 with minor 1
+// is "1.1".
+func (t *Table[T]) Version() string {
+	major := t.name
+	if i := strings.LastIndex(major, ".v"); i >= 0 {
+		major = major[i+2:]
+	}
+	return major + "." + strconv.Itoa(t.minor)
+}
 
 // Columns is the column table.
 func (t *Table[T]) Columns() []columns.Column { return t.cols }
@@ -51,7 +70,7 @@ func (t *Table[T]) ArrowSchema() *arrow.Schema {
 		for i, c := range t.cols {
 			fields[i] = arrow.Field{Name: c.Name, Type: arrowType(c.Kind)}
 		}
-		md := arrow.NewMetadata([]string{MetadataKey}, []string{t.name})
+		md := arrow.NewMetadata([]string{MetadataKey, VersionKey}, []string{t.name, t.Version()})
 		t.schema = arrow.NewSchema(fields, &md)
 	})
 	return t.schema
@@ -70,26 +89,38 @@ func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch {
 }
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
-// a batch with extra (newer) columns still decodes; a missing or mistyped
-// column, or a null, is an error. Decoded strings never point into Arrow
-// memory.
+// a batch with extra (newer) columns still decodes, and one from a writer
+// of an older minor version lacks only columns added since (Since > 0):
+// they read as zero values. Any other missing or mistyped column, or a
+// null, is an error. Decoded strings never point into Arrow memory.
 func (t *Table[T]) FromArrow(rec arrow.RecordBatch, dst []T) ([]T, error) {
 	sc := rec.Schema()
+	n := int(rec.NumRows())
+	cols := rec.Columns()
+	nread := len(cols)
 	idx := make([]int, len(t.cols))
 	for i, c := range t.cols {
 		pos := sc.FieldIndices(c.Name)
+		if len(pos) == 0 && c.Since > 0 {
+			zero := zeroArray(c.Kind, n)
+			defer zero.Release()
+			if len(cols) == nread {
+				cols = slices.Clone(cols)
+			}
+			idx[i] = len(cols)
+			cols = append(cols, zero)
+			continue
+		}
 		if len(pos) != 1 {
 			return dst, fmt.Errorf("column %s: missing from batch (schema has %d fields)", c.Name, sc.NumFields())
 		}
 		idx[i] = pos[0]
 	}
-	cols := rec.Columns()
 	for _, i := range idx {
-		if cols[i].NullN() > 0 {
+		if i < nread && cols[i].NullN() > 0 {
 			return dst, fmt.Errorf("column %s: %d nulls; %s has no nullable columns", sc.Field(i).Name, cols[i].NullN(), t.name)
 		}
 	}
-	n := int(rec.NumRows())
 	start := len(dst)
 	dst = grow(dst, n)
 	if err := t.decode(cols, idx, dst[start:]); err != nil {
@@ -159,6 +190,25 @@ func (s *stringColumn) array() arrow.Array {
 	}, nil, 0, 0)
 	defer d.Release()
 	return array.MakeFromData(d)
+}
+
+// zeroArray is n zero values of kind k: a column an older writer did not
+// have.
+func zeroArray(k columns.Kind, n int) arrow.Array {
+	switch k {
+	case columns.String:
+		var c stringColumn
+		c.reset(n, 0)
+		for range n {
+			c.add("")
+		}
+		return c.array()
+	case columns.Int32:
+		return int32Array(make([]int32, n))
+	case columns.Timestamp:
+		return timestampArray(make([]int64, n))
+	}
+	return int64Array(make([]int64, n))
 }
 
 func int32Array(v []int32) arrow.Array {

@@ -60,7 +60,7 @@ type Flow struct {
 	PeerTenantID string `parquet:"peer_tenant_id,dict" json:"peer_tenant_id"`
 	// ExternalNetwork: external network name (ID when nameless) on external records, else none.
 	ExternalNetwork string `parquet:"external_network,dict" json:"external_network"`
-	// LBID: Octavia load balancer when the tap is an amphora's, else ''.
+	// LBID: Octavia load balancer when the tap is an amphora's, and on a member's segment-2 records; else ''.
 	LBID string `parquet:"lb_id,dict" json:"lb_id"`
 	// LBSegment: 1 (client ↔ VIP), 2 (amphora ↔ member), 0 otherwise.
 	LBSegment int32 `parquet:"lb_segment" json:"lb_segment"`
@@ -72,11 +72,15 @@ type Flow struct {
 	RecordIndex int32 `parquet:"record_index" json:"record_index"`
 	// MetadataVersion: attribution snapshot version used to attribute the record.
 	MetadataVersion int64 `parquet:"metadata_version" json:"metadata_version"`
+	// PoolID: Octavia pool of the member on segment-2 records (amphora and member taps), else ''.
+	PoolID string `parquet:"pool_id,dict" json:"pool_id"`
+	// MemberID: Octavia pool member on segment-2 records (amphora and member taps), else ''.
+	MemberID string `parquet:"member_id,dict" json:"member_id"`
 }
 
 // encodeFlowColumns turns records into one Arrow array per column, in
 // column order. One pass over the records fills every column (the structs
-// are large: a pass per column would stream them through the cache 30
+// are large: a pass per column would stream them through the cache 32
 // times); fixed-width columns are plain slices wrapped without copying.
 func encodeFlowColumns(recs []Flow) []arrow.Array {
 	n := len(recs)
@@ -126,6 +130,10 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 	c27 := make([]int64, n)
 	c28 := make([]int32, n)
 	c29 := make([]int64, n)
+	var c30 stringColumn
+	c30.reset(n, 16)
+	var c31 stringColumn
+	c31.reset(n, 16)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart
@@ -158,6 +166,8 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 		c27[i] = r.BatchSeq
 		c28[i] = r.RecordIndex
 		c29[i] = r.MetadataVersion
+		c30.add(r.PoolID)
+		c31.add(r.MemberID)
 	}
 	return []arrow.Array{
 		timestampArray(c0),
@@ -190,6 +200,8 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 		int64Array(c27),
 		int32Array(c28),
 		int64Array(c29),
+		c30.array(),
+		c31.array(),
 	}
 }
 
@@ -349,6 +361,16 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		return fmt.Errorf("column metadata_version: got %s, want int64", cols[idx[29]].DataType())
 	}
 	v29 := a29.Int64Values()
+	a30, ok := cols[idx[30]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column pool_id: got %s, want utf8", cols[idx[30]].DataType())
+	}
+	d30, o30 := columnString(a30)
+	a31, ok := cols[idx[31]].(*array.String)
+	if !ok {
+		return fmt.Errorf("column member_id: got %s, want utf8", cols[idx[31]].DataType())
+	}
+	d31, o31 := columnString(a31)
 	for i := range recs {
 		r := &recs[i]
 		r.TimeStart = int64(v0[i])
@@ -381,6 +403,8 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		r.BatchSeq = v27[i]
 		r.RecordIndex = v28[i]
 		r.MetadataVersion = v29[i]
+		r.PoolID = d30[o30[i]-o30[0] : o30[i+1]-o30[0]]
+		r.MemberID = d31[o31[i]-o31[0] : o31[i+1]-o31[0]]
 	}
 	return nil
 }

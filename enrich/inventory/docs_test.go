@@ -45,7 +45,7 @@ func TestDocsExample(t *testing.T) {
 		{"client to VIP", snapshot.DirTX, "fa:16:3e:20:00:02", "fa:16:3e:31:00:01", "10.0.1.30", "10.0.1.100", globex, "other_tenant", "none", "", 1},
 		{"amphora from client", snapshot.DirRX, "fa:16:3e:31:00:01", "fa:16:3e:20:00:02", "10.0.1.100", "10.0.1.30", acme, "other_tenant", "none", "f0000001-lb", 1},
 		{"amphora to member", snapshot.DirTX, "fa:16:3e:31:00:02", "fa:16:3e:20:00:01", "10.0.2.101", "10.0.2.10", acme, "infra", "none", "f0000001-lb", 2},
-		{"member from amphora", snapshot.DirRX, "fa:16:3e:20:00:01", "fa:16:3e:31:00:02", "10.0.2.10", "10.0.2.101", acme, "infra", "none", "", 2},
+		{"member from amphora", snapshot.DirRX, "fa:16:3e:20:00:01", "fa:16:3e:31:00:02", "10.0.2.10", "10.0.2.101", acme, "infra", "none", "f0000001-lb", 2}, // lb_id on the member side too (flow.v1.1)
 		{"management port", snapshot.DirTX, "fa:16:3e:31:00:00", "fa:16:3e:10:00:99", "172.31.0.11", "172.31.0.5", service, "same_tenant", "none", "", 0},
 	}
 	for _, c := range cases {

@@ -47,6 +47,21 @@ func (s *Snapshot) lookupPrefix(tenant, domain uint32, a netip.Addr) *rowVal {
 	return &s.vals[i]
 }
 
+// member names the pool member of load balancer lb at addr: the one
+// whose protocol_port is port when several share the address, else empty.
+func (s *Snapshot) member(lb string, addr netip.Addr, port uint16) (pool, member string) {
+	ms := s.members[memberKey{lb, addr}]
+	if len(ms) == 1 {
+		return ms[0].pool, ms[0].member
+	}
+	for _, m := range ms {
+		if m.port == port && port != 0 {
+			return m.pool, m.member
+		}
+	}
+	return "", ""
+}
+
 func has(list []netip.Addr, a netip.Addr) bool {
 	for _, x := range list {
 		if x == a {
@@ -105,6 +120,8 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		switch {
 		case has(vm.base, local):
 			out.LBSegment = 2
+			// at the amphora: the member is the far end
+			out.PoolID, out.MemberID = s.member(vm.LBID, remote, in.RemotePort)
 		case has(vm.vips, local):
 			out.LBSegment = 1
 		}
@@ -123,6 +140,11 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			out.Zone = ZoneInfra
 		case pe.amphora && has(pe.ep.base, remote):
 			out.Zone, out.LBSegment = ZoneInfra, 2
+			// at the member: this VM is the member, of the amphora's LB
+			if out.LBID == "" {
+				out.LBID = pe.ep.LBID
+			}
+			out.PoolID, out.MemberID = s.member(pe.ep.LBID, local, in.LocalPort)
 		case same:
 			out.Zone = ZoneSameTenant
 		default:

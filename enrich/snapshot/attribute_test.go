@@ -74,9 +74,15 @@ func in(t testing.TB, dir Direction, vm, peer, local, remote string) Input {
 
 func withTap(x Input, tap string) Input { x.Tap = tap; return x }
 
+func withPorts(x Input, local, remote uint16) Input {
+	x.LocalPort, x.RemotePort = local, remote
+	return x
+}
+
 type want struct {
 	tenant, server, port, zone, peer, ext, lb string
 	seg                                       int32
+	pool, member                              string
 }
 
 func check(t *testing.T, got Result, w want) {
@@ -84,7 +90,7 @@ func check(t *testing.T, got Result, w want) {
 	if w.ext == "" {
 		w.ext = NoExternalNetwork
 	}
-	g := want{got.TenantID, got.ServerID, got.PortID, got.Zone.String(), got.PeerTenantID, got.ExternalNetwork, got.LBID, got.LBSegment}
+	g := want{got.TenantID, got.ServerID, got.PortID, got.Zone.String(), got.PeerTenantID, got.ExternalNetwork, got.LBID, got.LBSegment, got.PoolID, got.MemberID}
 	// server and port are only checked when the case names them
 	if w.server == "" {
 		g.server = ""
@@ -214,16 +220,22 @@ func TestOctavia(t *testing.T) {
 		{"amphora rx from FIP client", in(t, rx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
 		{"amphora tx to FIP client", in(t, tx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
 		{"amphora exit fallback uses the VIP port's FIP", in(t, tx, macAmp1VRRP, macOVNDHCP, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
-		// segment 2: infra at the amphora tap (LB owner) and at the member tap (member's own project)
-		{"amphora tx to member m1", in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2}},
-		{"member m1 rx from amphora", in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), want{tenant: "t1", server: "srv-m1", zone: "infra", peer: "t1", seg: 2}},
-		{"member m2 of another tenant keeps its own tenant", in(t, rx, macM2, macAmp1VRRP, "10.0.1.12", "10.0.1.101"), want{tenant: "t2", server: "srv-m2", zone: "infra", peer: "t1", seg: 2}},
-		{"amphora rx from member m2", in(t, rx, macAmp1VRRP, macM2, "10.0.1.101", "10.0.1.12"), want{tenant: "t1", zone: "infra", peer: "t2", lb: "lb1", seg: 2}},
-		{"cross-subnet member through the unmarked port (compute_id join)", in(t, tx, macAmp1Back, macM3, "10.0.2.101", "10.0.2.10"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-back", zone: "infra", peer: "t1", lb: "lb1", seg: 2}},
-		{"member m3 tx to amphora base", in(t, tx, macM3, macAmp1Back, "10.0.2.10", "10.0.2.101"), want{tenant: "t1", zone: "infra", peer: "t1", seg: 2}},
+		// segment 2: infra at the amphora tap (LB owner) and at the member
+		// tap (member's own project); both name the pool member, the
+		// member's side the LB too (issue 14 item 2)
+		{"amphora tx to member m1", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40000, 80), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1"}},
+		{"member m1 rx from amphora", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 80, 40000), want{tenant: "t1", server: "srv-m1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1"}},
+		{"member m1 of a second pool: the port tells them apart", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 8443, 40001), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls"}},
+		{"amphora to m1 on the second pool's port", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40001, 8443), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls"}},
+		{"m1 in two pools and no port: no member named", in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2}},
+		{"member m2 of another tenant keeps its own tenant", in(t, rx, macM2, macAmp1VRRP, "10.0.1.12", "10.0.1.101"), want{tenant: "t2", server: "srv-m2", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem2"}},
+		{"amphora rx from member m2", in(t, rx, macAmp1VRRP, macM2, "10.0.1.101", "10.0.1.12"), want{tenant: "t1", zone: "infra", peer: "t2", lb: "lb1", seg: 2, pool: "pool1", member: "mem2"}},
+		{"cross-subnet member through the unmarked port (compute_id join)", in(t, tx, macAmp1Back, macM3, "10.0.2.101", "10.0.2.10"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-back", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
+		{"member m3 tx to amphora base", in(t, tx, macM3, macAmp1Back, "10.0.2.10", "10.0.2.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
 		// ACTIVE_STANDBY: the backup is re-attributed too
 		{"backup amphora VIP port", in(t, rx, macAmp2VRRP, macC2, vip, "10.0.1.30"), want{tenant: "t1", server: "nova-amp2", zone: "other_tenant", peer: "t2", lb: "lb1", seg: 1}},
-		{"backup amphora member port", in(t, tx, macAmp2Back, macM3, "10.0.2.102", "10.0.2.10"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2}},
+		{"backup amphora member port", in(t, tx, macAmp2Back, macM3, "10.0.2.102", "10.0.2.10"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
+		{"segment 1 names no member", in(t, rx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1}},
 		// what is not re-attributed
 		{"management port stays with the service project", in(t, tx, macAmp1Mgmt, macOVNDHCP, "172.31.0.11", "172.31.0.5"), want{tenant: "svc", port: "p-amp1-mgmt", zone: "same_tenant", peer: "svc"}},
 		{"DELETED amphora's port stays with the service project", in(t, tx, macOldAmp, macM1, "10.0.1.109", "10.0.1.11"), want{tenant: "svc", zone: "other_tenant", peer: "t1"}},

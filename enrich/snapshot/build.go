@@ -102,11 +102,23 @@ type Snapshot struct {
 	tenants   []string          // project by tenant index; 0 is ""
 	tables    []tables          // 0: global rows; i: tenant i
 	domains   []tables          // 0: none; i: rows reachable from one set of subnets
+	members   map[memberKey][]memberRef
 	domainIdx map[string]uint32
 	vals      []rowVal
 	tenantIdx map[string]uint32
 	anomalies []Anomaly
 	stats     Stats
+}
+
+// memberKey finds pool members: (load balancer, member address).
+type memberKey struct {
+	lb   string
+	addr netip.Addr
+}
+
+type memberRef struct {
+	pool, member string
+	port         uint16
 }
 
 type macEntry struct {
@@ -334,6 +346,7 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	s.tables, s.domains, s.vals = b.flattenTables(&s.stats)
 	s.domainIdx = b.domainIdx
 	b.carryGhosts(s, eps)
+	s.members = b.members()
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
 	s.taps = make(map[string]uint64, len(eps))
 	for mac, e := range eps {
@@ -630,6 +643,31 @@ func (b *builder) amphoraPorts() map[string]amphoraPort {
 			}
 			out[p.ID] = amphoraPort{lb: lb, vips: vips}
 		}
+	}
+	return out
+}
+
+// members indexes pool members by (load balancer, address) for the
+// per-member columns of segment 2. A member whose address does not parse
+// is an invalid_ip anomaly.
+func (b *builder) members() map[memberKey][]memberRef {
+	out := map[memberKey][]memberRef{}
+	for i := range b.inv.Pools {
+		p := &b.inv.Pools[i]
+		for _, m := range p.Members {
+			a, ok := parseAddr(m.Address)
+			if !ok {
+				b.anomaly(AnomalyInvalidIP, "member", m.ID, "address %q does not parse", m.Address)
+				continue
+			}
+			for _, lb := range p.LoadBalancers {
+				k := memberKey{lb.ID, a}
+				out[k] = append(out[k], memberRef{pool: p.ID, member: m.ID, port: uint16(m.ProtocolPort)})
+			}
+		}
+	}
+	for _, l := range out {
+		slices.SortFunc(l, func(x, y memberRef) int { return cmp.Or(cmp.Compare(x.pool, y.pool), cmp.Compare(x.member, y.member)) })
 	}
 	return out
 }

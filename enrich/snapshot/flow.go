@@ -34,10 +34,13 @@ func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
 	if !okS || !okD {
 		err = ErrBadIP
 	}
+	sp, dp := uint16(f.SrcPort), uint16(f.DstPort)
 	if in.Dir == DirRX {
 		in.LocalIP, in.RemoteIP = dst, src
+		in.LocalPort, in.RemotePort = dp, sp
 	} else {
 		in.LocalIP, in.RemoteIP = src, dst
+		in.LocalPort, in.RemotePort = sp, dp
 	}
 	if in.Dir == DirInvalid {
 		err = ErrBadDirection
@@ -66,6 +69,8 @@ func Stamp(f *schemas.Flow, r *Result) {
 	f.ExternalNetwork = r.ExternalNetwork
 	f.LBID = r.LBID
 	f.LBSegment = r.LBSegment
+	f.PoolID = r.PoolID
+	f.MemberID = r.MemberID
 	f.MetadataVersion = r.Version
 }
 

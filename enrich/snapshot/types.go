@@ -82,6 +82,9 @@ type Input struct {
 	VMMAC, PeerMAC uint64
 	// LocalIP is the VM-side address, RemoteIP the far end's.
 	LocalIP, RemoteIP netip.Addr
+	// LocalPort and RemotePort are the L4 ports on those sides (0: none);
+	// they tell apart pool members that share an address.
+	LocalPort, RemotePort uint16
 	// NowUS is the attribution clock (µs since the Unix epoch) against
 	// which ghost deadlines are checked.
 	NowUS int64
@@ -118,7 +121,9 @@ type Result struct {
 	PortID          string // Neutron port, '' when unknown
 	PeerTenantID    string // tenant of the far end when known, else ''
 	ExternalNetwork string // exit network label on external records, else NoExternalNetwork
-	LBID            string // load balancer when the tap is an amphora's, else ''
+	LBID            string // load balancer when the tap is an amphora's or on a member's segment 2, else ''
+	PoolID          string // pool of the member on segment 2, else ''
+	MemberID        string // pool member on segment 2, else ''
 	Zone            Zone
 	LBSegment       int32 // 1 client ↔ VIP, 2 amphora base ↔ member, 0 otherwise
 	Version         int64 // snapshot version

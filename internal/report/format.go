@@ -32,8 +32,14 @@ func LoadNames(path string) (*Names, error) {
 // balancers of an inventory.
 func NamesOf(inv *inventory.Inventory) *Names {
 	n := &Names{byField: map[string]map[string]string{
-		"tenant_name": {}, "server_name": {}, "port_name": {}, "lb_name": {},
+		"tenant_name": {}, "server_name": {}, "port_name": {}, "lb_name": {}, "pool_name": {}, "member_name": {},
 	}}
+	for _, p := range inv.Pools {
+		n.byField["pool_name"][p.ID] = p.Name
+		for _, m := range p.Members {
+			n.byField["member_name"][m.ID] = m.Name
+		}
+	}
 	for _, p := range inv.Projects {
 		n.byField["tenant_name"][p.ID] = p.Name
 	}

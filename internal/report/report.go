@@ -60,6 +60,8 @@ var Dimensions = []Dimension{
 	{Name: "port", Column: "port_id", NameField: "port_name"},
 	{Name: "lb", Column: "lb_id", NameField: "lb_name"},
 	{Name: "lb_segment", Column: "lb_segment", Int: true},
+	{Name: "pool", Column: "pool_id", NameField: "pool_name"},
+	{Name: "member", Column: "member_id", NameField: "member_name"},
 	{Name: "node", Column: "node"},
 	{Name: "ifname", Column: "ifname"},
 }
@@ -292,7 +294,7 @@ func inRange(dir string, o Options) bool {
 }
 
 // maxDims bounds the group-by key: every dimension at most once.
-const maxDims = 10
+const maxDims = 12
 
 // groupKey holds one value id per dimension (the lb_segment value itself).
 type groupKey [maxDims]uint32
@@ -461,10 +463,14 @@ func (q *query) readFile(p string, rep *Report) (rows, size int64, err error) {
 	leaves := make([]int, len(q.cols))
 	for i, c := range q.cols {
 		leaf, ok := pf.Schema().Lookup(c.name)
-		if !ok {
+		switch {
+		case ok:
+			leaves[i] = leaf.ColumnIndex
+		case addedLater(c.name):
+			leaves[i] = -1 // a file of an older minor version: zero values
+		default:
 			return 0, 0, bad(fmt.Errorf("no column %s", c.name))
 		}
-		leaves[i] = leaf.ColumnIndex
 	}
 	r := rowGroupReader{q: q, leaves: leaves}
 	for _, rg := range pf.RowGroups() {
@@ -551,6 +557,10 @@ func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err 
 		}
 	}
 	for i := range r.curs {
+		if r.leaves[i] < 0 {
+			r.curs[i].reset(nil)
+			continue
+		}
 		r.curs[i].reset(chunks[r.leaves[i]].Pages())
 	}
 	defer func() {
@@ -563,6 +573,10 @@ func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err 
 		want := int(min(batchRows, rg.NumRows()-rows))
 		for i := range r.curs {
 			c := &r.curs[i]
+			if r.leaves[i] < 0 {
+				c.fillZero(want)
+				continue
+			}
 			if err := c.fill(want); err != nil {
 				return rows, fmt.Errorf("column %s at row %d: %w", c.col.name, rows, err)
 			}
@@ -651,6 +665,34 @@ type cursor struct {
 
 	ids []uint32
 	i64 []int64
+}
+
+// addedLater reports whether flow.v1 column name came in a later minor
+// version (older files lack it; it reads as its zero value).
+func addedLater(name string) bool {
+	for _, c := range schemas.FlowTable.Columns() {
+		if c.Name == name {
+			return c.Since > 0
+		}
+	}
+	return false
+}
+
+// fillZero stands in for a column the file does not have: n zero values
+// ("" for strings).
+func (c *cursor) fillZero(n int) {
+	if c.i64 != nil {
+		clear(c.i64[:n])
+	}
+	if c.ids != nil {
+		id := uint32(0)
+		if !c.col.int {
+			id = c.col.intern(nil)
+		}
+		for j := range c.ids[:n] {
+			c.ids[j] = id
+		}
+	}
 }
 
 func (c *cursor) reset(pages pq.Pages) {

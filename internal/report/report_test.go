@@ -90,6 +90,10 @@ func dimValue(f *schemas.Flow, dim string) string {
 		return f.LBID
 	case "lb_segment":
 		return strconv.Itoa(int(f.LBSegment))
+	case "pool":
+		return f.PoolID
+	case "member":
+		return f.MemberID
 	case "node":
 		return f.Node
 	case "ifname":
@@ -809,5 +813,39 @@ func TestNoFiles(t *testing.T) {
 	}
 	if got := out.String(); got != "no committed Parquet files with time_end in [2026-11-29T11:00:00Z, +∞)\n" {
 		t.Fatalf("output %q", got)
+	}
+}
+
+// TestMixedMinorVersions: a directory holding files of flow.v1.0 (before
+// pool_id and member_id) and of the current minor reads as one: the old
+// files' rows group under member "" (issue 14 item 3).
+func TestMixedMinorVersions(t *testing.T) {
+	recs := parquettest.Flows(parquettest.Spec{Records: 20000, Start: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), Span: 90 * time.Minute})
+	var old, cur []schemas.Flow
+	for i, r := range recs {
+		if i%3 == 0 {
+			old = append(old, r)
+		} else {
+			cur = append(cur, r)
+		}
+	}
+	dir := writeWithSink(t, cur, 0)
+	files, err := parquettest.WriteOlderMinor(dir, "old-writer", 0, old)
+	if err != nil || len(files) < 2 {
+		t.Fatalf("old files %v: %v", files, err)
+	}
+	for i := range old {
+		old[i].PoolID, old[i].MemberID = "", "" // what the old files hold
+	}
+	mixed := append(old, cur...)
+	for _, by := range [][]string{{"member"}, {"lb", "pool", "member"}, {"tenant", "zone"}} {
+		t.Run(strings.Join(by, ","), func(t *testing.T) {
+			rep, err := Read(dir, Options{By: by})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, total := expect(mixed, by, all)
+			checkRows(t, rep, by, want, total)
+		})
 	}
 }

@@ -4,7 +4,13 @@
 // schema and docs/schema.md are derived.
 //
 // Adding a column: append a row to its table (never rename or reorder
-// existing rows: readers depend on them), then run `make generate`. Adding a
+// existing rows: readers depend on them) with Since set to the table's
+// next minor version, raise the table's Minor, then run `make generate`.
+// That is a minor version: additive, recorded in every Parquet file's
+// key-value metadata (tapflow.schema_version) and in the Arrow schema, so
+// a directory mixing files from before and after reads by column name
+// (DuckDB union_by_name, Spark mergeSchema). Renaming, retyping or
+// removing a column is a new major version (a new schema name). Adding a
 // record type: a new table and a new entry in Tables.
 package columns
 
@@ -55,6 +61,10 @@ type Column struct {
 	// Empty says when the value is empty ('', 0, a sentinel) and what
 	// that means; blank: always set. docs/schema.md shows it.
 	Empty string
+	// Since is the minor version of the table that added the column; 0:
+	// there from the start. Readers fill a column newer than the writer
+	// with its zero value.
+	Since int
 }
 
 // SchemaName is the value of the tapflow.schema key in Parquet key-value
@@ -71,14 +81,21 @@ type Table struct {
 	Doc     string // what one record is (docs/schema.md)
 	Type    string // Go type in package schemas: Flow
 	File    string // generated file in package schemas: flow_gen.go
+	Minor   int    // minor version: the largest Since of its columns
 	Columns []Column
 }
 
+// FlowMinor is flow.v1's minor version (flow.v1.1: pool_id, member_id).
+const FlowMinor = 1
+
+// MeterMinor is meter.v1's minor version.
+const MeterMinor = 0
+
 // Tables lists every record type the generator renders.
 var Tables = []Table{
-	{Name: SchemaName, Type: "Flow", File: "flow_gen.go", Columns: FlowV1,
+	{Name: SchemaName, Type: "Flow", File: "flow_gen.go", Minor: FlowMinor, Columns: FlowV1,
 		Doc: "One flow.v1 record is what one tap saw of one flow (5-tuple, VLAN, direction) between time_start and time_end, attributed to a tenant and a zone. A long flow yields several records (active_timeout); sum bytes and packets over records, never take one as the whole flow."},
-	{Name: MeterSchemaName, Type: "Meter", File: "meter_gen.go", Columns: MeterV1,
+	{Name: MeterSchemaName, Type: "Meter", File: "meter_gen.go", Minor: MeterMinor, Columns: MeterV1,
 		Doc: "One meter.v1 record is what the kernel counted on one tap and direction between time_start and time_end. Every counter is the delta since the previous meter record of that tap and direction; Σ flow.v1 bytes (packets) of a tap and direction = Σ meter.v1 bytes (packets) − Σ lost_bytes (lost_packets)."},
 }
 
@@ -108,12 +125,15 @@ var FlowV1 = []Column{
 	{Name: "zone", GoName: "Zone", Kind: String, Dict: true, Doc: "same_tenant, other_tenant, shared, external, infra, multicast or miss"},
 	{Name: "peer_tenant_id", GoName: "PeerTenantID", Kind: String, Dict: true, Doc: "tenant of the far end when known, else ''", Empty: "'': the far end is no known tenant's (external, infra, shared router, unknown)"},
 	{Name: "external_network", GoName: "ExternalNetwork", Kind: String, Dict: true, Doc: "external network name (ID when nameless) on external records, else none", Empty: "none: the record is not external"},
-	{Name: "lb_id", GoName: "LBID", Kind: String, Dict: true, Doc: "Octavia load balancer when the tap is an amphora's, else ''", Empty: "'': the tap is not an Octavia amphora's"},
+	{Name: "lb_id", GoName: "LBID", Kind: String, Dict: true, Doc: "Octavia load balancer when the tap is an amphora's, and on a member's segment-2 records; else ''", Empty: "'': neither an amphora's tap nor a member's segment-2 record"},
 	{Name: "lb_segment", GoName: "LBSegment", Kind: Int32, Doc: "1 (client ↔ VIP), 2 (amphora ↔ member), 0 otherwise", Empty: "0: not load-balancer traffic"},
 	{Name: "agent_id", GoName: "AgentID", Kind: String, Dict: true, Doc: "agent that produced the record; with batch_seq and record_index the unique record identity"},
 	{Name: "batch_seq", GoName: "BatchSeq", Kind: Int64, Delta: true, Doc: "sequence number of the agent batch that carried the record"},
 	{Name: "record_index", GoName: "RecordIndex", Kind: Int32, Doc: "index of the record inside its batch"},
 	{Name: "metadata_version", GoName: "MetadataVersion", Kind: Int64, Doc: "attribution snapshot version used to attribute the record"},
+	// flow.v1.1
+	{Name: "pool_id", GoName: "PoolID", Kind: String, Dict: true, Since: 1, Doc: "Octavia pool of the member on segment-2 records (amphora and member taps), else ''", Empty: "'': not a segment-2 record, or written before flow.v1.1"},
+	{Name: "member_id", GoName: "MemberID", Kind: String, Dict: true, Since: 1, Doc: "Octavia pool member on segment-2 records (amphora and member taps), else ''", Empty: "'': not a segment-2 record, or written before flow.v1.1"},
 }
 
 // MeterV1 is the meter.v1 record: what the kernel counted on one tap and

@@ -47,6 +47,10 @@ type Schema[T any] struct {
 	// Name is written as key-value metadata schemas.MetadataKey and labels
 	// the metrics (schema="flow.v1").
 	Name string
+	// Version is written as key-value metadata schemas.VersionKey
+	// ("1.1"): the minor version says which additive columns the file
+	// has. Empty: not written.
+	Version string
 	// Dir is the directory under Config.Output: "flows", "meters".
 	Dir string
 	// TimeEnd returns a record's time_end in µs since the epoch (UTC); its
@@ -79,6 +83,7 @@ func (sc Schema[T]) validate() error {
 // FlowSchema writes schemas.Flow (flow.v1) under <output>/flows.
 var FlowSchema = Schema[schemas.Flow]{
 	Name:           schemas.SchemaName,
+	Version:        schemas.FlowTable.Version(),
 	Dir:            "flows",
 	TimeEnd:        func(f *schemas.Flow) int64 { return f.TimeEnd },
 	SkipPageBounds: []string{"ifname", "vm_mac", "peer_mac", "src_ip", "dst_ip", "server_id", "port_id"},
@@ -127,6 +132,7 @@ type Remote interface {
 // MeterSchema writes schemas.Meter (meter.v1) under <output>/meters.
 var MeterSchema = Schema[schemas.Meter]{
 	Name:     schemas.MeterSchemaName,
+	Version:  schemas.MeterTable.Version(),
 	Dir:      "meters",
 	TimeEnd:  func(m *schemas.Meter) int64 { return m.TimeEnd },
 	Identity: func(m *schemas.Meter) (string, int64) { return m.AgentID, m.BatchSeq },
@@ -269,6 +275,9 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 			// another ~10% of the write CPU.
 			pq.DataPageStatistics(false),
 		},
+	}
+	if schema.Version != "" {
+		s.wopts = append(s.wopts, pq.KeyValueMetadata(schemas.VersionKey, schema.Version))
 	}
 	for _, c := range schema.SkipPageBounds {
 		s.wopts = append(s.wopts, pq.SkipPageBounds(c))

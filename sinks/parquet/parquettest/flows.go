@@ -183,6 +183,10 @@ func Flows(spec Spec) []schemas.Flow {
 		if r.IntN(20) == 0 {
 			f.LBID = lbs[r.IntN(len(lbs))]
 			f.LBSegment = int32(1 + r.IntN(2))
+			if f.LBSegment == 2 { // per-member columns (flow.v1.1), without another random draw
+				f.PoolID = f.LBID + "-pool"
+				f.MemberID = fmt.Sprintf("%s-member-%d", f.LBID, i%3)
+			}
 		}
 		if dir == "rx" {
 			f.SrcIP, f.DstIP = f.DstIP, f.SrcIP

@@ -74,6 +74,29 @@ func writeOutput(t *testing.T, recs []schemas.Flow, batch int) string {
 	return dir
 }
 
+// mixedOutput is dataset() in a directory that mixes minor versions, as
+// after an upgrade: every fourth record in files of a flow.v1.0 writer
+// (no pool_id, member_id), the rest from the collector's sink. It returns
+// the records as the files hold them (the old ones without the new
+// columns' values).
+func mixedOutput(t *testing.T) ([]schemas.Flow, string) {
+	t.Helper()
+	var old, cur []schemas.Flow
+	for i, r := range dataset() {
+		if i%4 == 0 {
+			r.PoolID, r.MemberID = "", ""
+			old = append(old, r)
+		} else {
+			cur = append(cur, r)
+		}
+	}
+	dir := writeOutput(t, cur, 1000)
+	if files, err := parquettest.WriteOlderMinor(dir, "v10-writer", 0, old); err != nil || len(files) < 4 {
+		t.Fatalf("flow.v1.0 files %v: %v", files, err)
+	}
+	return append(old, cur...), dir
+}
+
 func openDB(t *testing.T) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("duckdb", "")
@@ -188,7 +211,7 @@ func TestExactRows(t *testing.T) {
 		dst := []any{&ts, &te, &f.Node, &f.Ifname, &f.Direction, &f.VMMAC, &f.PeerMAC, &f.VLANID, &f.IPVersion, &f.Protocol,
 			&f.SrcIP, &f.DstIP, &f.SrcPort, &f.DstPort, &f.TCPFlags, &f.Packets, &f.Bytes, &f.EndReason, &f.TenantID,
 			&f.ServerID, &f.PortID, &f.Zone, &f.PeerTenantID, &f.ExternalNetwork, &f.LBID, &f.LBSegment, &f.AgentID,
-			&f.BatchSeq, &f.RecordIndex, &f.MetadataVersion, &dt, &hour}
+			&f.BatchSeq, &f.RecordIndex, &f.MetadataVersion, &f.PoolID, &f.MemberID, &dt, &hour}
 		if len(dst) != len(cols)+2 {
 			t.Fatalf("test scans %d columns, schema has %d: update the test", len(dst)-2, len(cols))
 		}
@@ -245,7 +268,7 @@ func TestMetadata(t *testing.T) {
 		t.Fatalf("%d files with metadata, %d files on disk (want ≥ 4: four hours)", len(meta), len(files))
 	}
 	for f, kv := range meta {
-		if kv[schemas.MetadataKey] != schemas.SchemaName || kv[parquet.MetadataWriter] != "compat" || kv[parquet.MetadataBatchSeqs] == "" {
+		if kv[schemas.MetadataKey] != schemas.SchemaName || kv[schemas.VersionKey] != schemas.FlowTable.Version() || kv[parquet.MetadataWriter] != "compat" || kv[parquet.MetadataBatchSeqs] == "" {
 			t.Errorf("%s: metadata %v", f, kv)
 		}
 	}
@@ -268,3 +291,45 @@ func cookbook(t *testing.T) (names []string, queries map[string]string) {
 }
 
 func queryStrings(t *testing.T, db *sql.DB, q string) []string { return query(t, db, q) }
+
+// TestSchemaEvolution: a directory mixing flow.v1.0 files (before pool_id
+// and member_id) and current ones reads with union_by_name: the new
+// columns exist, are NULL on the old rows and hold the values on the new
+// ones; no row is lost; every file says its minor version.
+func TestSchemaEvolution(t *testing.T) {
+	recs, dir := mixedOutput(t)
+	db := openDB(t)
+	src := fmt.Sprintf("read_parquet('%s', union_by_name = true)", glob(dir))
+	types := map[string]string{}
+	for _, r := range query(t, db, "SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM "+src+")") {
+		k, v, _ := strings.Cut(r, "|")
+		types[k] = v
+	}
+	if types["pool_id"] != "VARCHAR" || types["member_id"] != "VARCHAR" || types["bytes"] != "BIGINT" {
+		t.Fatalf("union_by_name types: %v", types)
+	}
+	var members int
+	var total int64
+	for _, r := range recs {
+		total += r.Bytes
+		if r.MemberID != "" {
+			members++
+		}
+	}
+	got := query(t, db, "SELECT count(*), sum(bytes)::VARCHAR, count(*) FILTER (WHERE member_id IS NULL), count(*) FILTER (WHERE member_id <> '') FROM "+src)
+	var n, nulls, withMember int
+	var sum int64
+	if _, err := fmt.Sscanf(strings.ReplaceAll(got[0], "|", " "), "%d %d %d %d", &n, &sum, &nulls, &withMember); err != nil {
+		t.Fatalf("%v: %v", got, err)
+	}
+	wantNulls := (len(dataset()) + 3) / 4
+	if n != len(recs) || sum != total || nulls != wantNulls || withMember != members || members == 0 {
+		t.Fatalf("rows %d (want %d), bytes %d (want %d), NULL member_id %d (want %d: the flow.v1.0 rows), member_id set %d (want %d)",
+			n, len(recs), sum, total, nulls, wantNulls, withMember, members)
+	}
+	versions := query(t, db, fmt.Sprintf(`SELECT decode(value), count(*) FROM parquet_kv_metadata('%s')
+		WHERE decode(key) = '%s' GROUP BY ALL ORDER BY 1`, glob(dir), schemas.VersionKey))
+	if len(versions) != 2 || !strings.HasPrefix(versions[0], "1.0|") || !strings.HasPrefix(versions[1], schemas.FlowTable.Version()+"|") {
+		t.Fatalf("file versions %v, want 1.0 and %s", versions, schemas.FlowTable.Version())
+	}
+}

@@ -95,6 +95,39 @@ var expectations = map[string]expectation{
 		return sumBy(recs, func(r *schemas.Flow) bool { return r.LBID != "" },
 			func(r *schemas.Flow) string { return fmt.Sprintf("%s|%d", r.LBID, r.LBSegment) }, bytesOf, one)
 	},
+	"member_bytes_hourly": func(recs []schemas.Flow) []string {
+		type key struct {
+			lb, pool, member, day string
+			hour                  int
+		}
+		type agg struct {
+			bytes int64
+			taps  map[string]bool
+		}
+		m := map[key]*agg{}
+		for i := range recs {
+			r := &recs[i]
+			if r.LBSegment != 2 || r.MemberID == "" {
+				continue
+			}
+			t := time.UnixMicro(r.TimeEnd).UTC()
+			k := key{r.LBID, r.PoolID, r.MemberID, day(r.TimeEnd), t.Hour()}
+			if m[k] == nil {
+				m[k] = &agg{taps: map[string]bool{}}
+			}
+			m[k].bytes += r.Bytes
+			m[k].taps[r.Ifname] = true
+		}
+		keys := slices.Collect(maps.Keys(m))
+		slices.SortFunc(keys, func(a, b key) int {
+			return cmp.Or(cmp.Compare(a.lb, b.lb), cmp.Compare(a.pool, b.pool), cmp.Compare(a.member, b.member), cmp.Compare(a.day, b.day), cmp.Compare(a.hour, b.hour))
+		})
+		var out []string
+		for _, k := range keys {
+			out = append(out, fmt.Sprintf("%s|%s|%s|%s|%d|%d|%d", k.lb, k.pool, k.member, k.day, k.hour, m[k].bytes, len(m[k].taps)))
+		}
+		return out
+	},
 	"identity_audit": func(recs []schemas.Flow) []string {
 		return []string{fmt.Sprintf("%d|%d", len(recs), len(recs))}
 	},
@@ -164,8 +197,7 @@ func query(t *testing.T, db *sql.DB, q string) []string {
 // TestCookbook runs every query of docs/queries.md on collector output and
 // compares its result with the same figure computed from the records.
 func TestCookbook(t *testing.T) {
-	recs := dataset()
-	dir := writeOutput(t, recs, 1000)
+	recs, dir := mixedOutput(t)
 	names, queries := cookbook(t)
 	if len(names) < 8 || names[0] != "setup" {
 		t.Fatalf("docs/queries.md: found queries %v; the first must be setup", names)

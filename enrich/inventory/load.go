@@ -13,7 +13,7 @@ import (
 
 // Collections lists the top-level keys of an inventory file, in the order
 // the builder reads them.
-var Collections = []string{"projects", "networks", "subnets", "ports", "routers", "floatingips", "servers", "loadbalancers", "amphorae", "pools"}
+var Collections = []string{"projects", "networks", "subnets", "ports", "routers", "floatingips", "servers", "loadbalancers", "amphorae", "pools", "trunks"}
 
 // Parse reads an inventory from YAML or JSON (JSON is read as YAML). name
 // is used in errors only. An error names the collection, the object (index
@@ -58,6 +58,11 @@ func Parse(data []byte, name string) (*Inventory, error) {
 			inv.Pools, err = decodeList(v, k.Value, func(o *Pool) string { return o.ID })
 			if err == nil {
 				err = checkMembers(inv.Pools)
+			}
+		case "trunks":
+			inv.Trunks, err = decodeList(v, k.Value, func(o *Trunk) string { return o.ID })
+			if err == nil {
+				err = checkTrunks(inv.Trunks)
 			}
 		default:
 			err = fmt.Errorf("line %d: unknown collection %q; known: %s", k.Line, k.Value, strings.Join(Collections, ", "))
@@ -154,6 +159,38 @@ func checkMembers(pools []Pool) error {
 				errs = append(errs, fmt.Errorf("pools[%d] (id %s): members[%d] (id %s): id: duplicate", i, pools[i].ID, j, m.ID))
 			}
 			seen[m.ID] = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkTrunks rejects what cannot be attributed: a trunk without a parent
+// port, a subport without port or with a VLAN id outside 1–4094, a VLAN
+// used twice in one trunk.
+func checkTrunks(trunks []Trunk) error {
+	var errs []error
+	for i := range trunks {
+		tr := &trunks[i]
+		if tr.PortID == "" {
+			errs = append(errs, fmt.Errorf("trunks[%d] (id %s): port_id: missing; name the parent port", i, tr.ID))
+		}
+		seen := map[int]bool{}
+		for j, sp := range tr.SubPorts {
+			where := fmt.Sprintf("trunks[%d] (id %s): sub_ports[%d]", i, tr.ID, j)
+			switch {
+			case sp.PortID == "":
+				errs = append(errs, fmt.Errorf("%s: port_id: missing", where))
+			case sp.SegmentationType != "" && sp.SegmentationType != "vlan" && sp.SegmentationType != "inherit":
+				errs = append(errs, fmt.Errorf("%s (port %s): segmentation_type %q: use vlan", where, sp.PortID, sp.SegmentationType))
+			case sp.SegmentationType == "inherit":
+				// the VLAN is the network's segment, not known here: the
+				// snapshot skips the subport (anomaly trunk_skipped)
+			case sp.SegmentationID < 1 || sp.SegmentationID > 4094:
+				errs = append(errs, fmt.Errorf("%s (port %s): segmentation_id %d: use a VLAN id 1–4094", where, sp.PortID, sp.SegmentationID))
+			case seen[sp.SegmentationID]:
+				errs = append(errs, fmt.Errorf("%s (port %s): segmentation_id %d: used twice in the trunk", where, sp.PortID, sp.SegmentationID))
+			}
+			seen[sp.SegmentationID] = true
 		}
 	}
 	return errors.Join(errs...)

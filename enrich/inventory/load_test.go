@@ -57,6 +57,14 @@ routers:
 		{name: "missing id", in: "networks:\n  - {name: x}\n", wantErr: []string{"networks[0]: line 2: id: missing"}},
 		{name: "duplicate id", in: "servers:\n  - {id: s}\n  - {id: s}\n", wantErr: []string{"servers[1] (id s): line 3: id: duplicate of servers[0]"}},
 		{name: "member without id", in: "pools:\n  - {id: p, members: [{address: 1.2.3.4}]}\n", wantErr: []string{"pools[0] (id p): members[0]: id: missing"}},
+		{name: "trunks (Neutron /v2.0/trunks)", in: `{"trunks": [{"id": "t1", "port_id": "parent", "sub_ports": [{"segmentation_type": "vlan", "segmentation_id": 100, "port_id": "sp"}, {"segmentation_type": "inherit", "segmentation_id": 0, "port_id": "sp2"}]}]}`,
+			check: func(t *testing.T, inv *Inventory) {
+				if len(inv.Trunks) != 1 || inv.Trunks[0].PortID != "parent" || inv.Trunks[0].SubPorts[0].SegmentationID != 100 || inv.Trunks[0].SubPorts[1].SegmentationType != "inherit" {
+					t.Errorf("%+v", inv.Trunks)
+				}
+			}},
+		{name: "trunk without parent, bad VLANs", in: "trunks:\n  - {id: t1, sub_ports: [{port_id: a, segmentation_id: 5000}, {port_id: b, segmentation_id: 7}, {port_id: c, segmentation_id: 7}, {segmentation_id: 8}, {port_id: d, segmentation_type: gre, segmentation_id: 9}]}\n",
+			wantErr: []string{"trunks[0] (id t1): port_id: missing", "sub_ports[0] (port a): segmentation_id 5000: use a VLAN id 1–4094", "sub_ports[2] (port c): segmentation_id 7: used twice", "sub_ports[3]: port_id: missing", `sub_ports[4] (port d): segmentation_type "gre": use vlan`}},
 		{name: "every error is reported", in: "networks:\n  - {name: x}\nsubnets:\n  - {name: y}\n", wantErr: []string{"networks[0]", "subnets[0]"}},
 	}
 	for _, c := range cases {

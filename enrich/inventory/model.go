@@ -13,6 +13,26 @@ type Inventory struct {
 	LoadBalancers []LoadBalancer `yaml:"loadbalancers" json:"loadbalancers"`
 	Amphorae      []Amphora      `yaml:"amphorae" json:"amphorae"`
 	Pools         []Pool         `yaml:"pools" json:"pools"`
+	Trunks        []Trunk        `yaml:"trunks" json:"trunks"`
+}
+
+// Trunk is a Neutron trunk (GET /v2.0/trunks): a parent port whose VM
+// sends its subports' traffic tagged on the parent's tap.
+type Trunk struct {
+	ID        string    `yaml:"id" json:"id"`
+	Name      string    `yaml:"name" json:"name"`
+	ProjectID string    `yaml:"project_id" json:"project_id"`
+	PortID    string    `yaml:"port_id" json:"port_id"` // the parent port
+	SubPorts  []SubPort `yaml:"sub_ports" json:"sub_ports"`
+}
+
+// SubPort is one trunk subport: a port of its own (network, MAC, fixed
+// IPs — by default the parent's MAC) whose frames carry segmentation_id as
+// their 802.1Q VLAN on the parent's tap.
+type SubPort struct {
+	SegmentationType string `yaml:"segmentation_type" json:"segmentation_type"` // vlan (the only type attributed)
+	SegmentationID   int    `yaml:"segmentation_id" json:"segmentation_id"`
+	PortID           string `yaml:"port_id" json:"port_id"`
 }
 
 // Project is a Keystone project (GET /v3/projects).

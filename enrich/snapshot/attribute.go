@@ -89,6 +89,13 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	*out = Result{TenantID: UnknownTenant, ExternalNetwork: NoExternalNetwork, Zone: ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
 	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
+	if in.VLAN != 0 {
+		// a tagged frame: the trunk subport of (MAC, VLAN); a VLAN no
+		// subport claims stays with the parent (the MAC's port)
+		if e, ok := s.vlans[vlanKey{in.VMMAC, in.VLAN}]; ok && e.ep != nil {
+			vme, known = e, true
+		}
+	}
 	if !known && in.Dir == DirRX && IsGroupMAC(in.VMMAC) && in.Tap != "" {
 		// Received multicast/broadcast: the tap names the receiving port.
 		if mac, ok := s.taps[in.Tap]; ok {

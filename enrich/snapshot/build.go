@@ -26,6 +26,7 @@ const (
 	AnomalyDanglingRoute      = "dangling_route"       // extraroute next hop matches no port: external
 	AnomalyMultiExternalPath  = "multi_external_path"  // port has several exits in one tier: smallest label wins
 	AnomalyOctaviaSkipped     = "octavia_skipped"      // load balancer or amphora not usable for the join (provider, missing data)
+	AnomalyTrunkSkipped       = "trunk_skipped"        // trunk subport not attributed by VLAN (unknown parent or port, inherit segmentation, VLAN claimed twice)
 )
 
 // Anomaly is one inventory object the builder skipped or resolved by a safe
@@ -103,11 +104,19 @@ type Snapshot struct {
 	tables    []tables          // 0: global rows; i: tenant i
 	domains   []tables          // 0: none; i: rows reachable from one set of subnets
 	members   map[memberKey][]memberRef
+	vlans     map[vlanKey]macEntry // trunk subports by (MAC on the wire, VLAN)
 	domainIdx map[string]uint32
 	vals      []rowVal
 	tenantIdx map[string]uint32
 	anomalies []Anomaly
 	stats     Stats
+}
+
+// vlanKey finds a trunk subport: its MAC (by default its parent's) and
+// its segmentation id.
+type vlanKey struct {
+	mac  uint64
+	vlan uint16
 }
 
 // memberKey finds pool members: (load balancer, member address).
@@ -228,6 +237,7 @@ type builder struct {
 	subRows    map[*subnetInfo][]prow             // cache of subnetRows
 	rtRows     map[*routerInfo][]prow             // cache of router route rows, owner-relative
 	subPorts   map[string][]*inventory.Port       // subnet id → ports with a fixed IP on it
+	vlanEPs    map[vlanKey]*Endpoint              // trunk subports
 }
 
 // prow is a prefix row before it is put into a table.
@@ -343,10 +353,22 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	b.prefixRows()
 	b.routeRows()
 	b.domainRows(eps)
+	for _, e := range b.vlanEPs {
+		if e != nil {
+			e.domain = b.domainIdx[e.domainKey]
+		}
+	}
 	s.tables, s.domains, s.vals = b.flattenTables(&s.stats)
 	s.domainIdx = b.domainIdx
 	b.carryGhosts(s, eps)
 	s.members = b.members()
+	s.vlans = make(map[vlanKey]macEntry, len(b.vlanEPs))
+	for k, e := range b.vlanEPs {
+		if e == nil {
+			continue // claimed twice: anomaly
+		}
+		s.vlans[k] = macEntry{ep: e, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
+	}
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
 	s.taps = make(map[string]uint64, len(eps))
 	for mac, e := range eps {
@@ -672,6 +694,52 @@ func (b *builder) members() map[memberKey][]memberRef {
 	return out
 }
 
+type subport struct {
+	vlan      uint16
+	parentMAC uint64
+}
+
+// trunkSubports maps subport port ids to their VLAN and the parent port's
+// MAC. A subport whose trunk, parent or segmentation cannot be used is an
+// anomaly and has VLAN 0: it is not found by VLAN, and when it shares the
+// parent's MAC it never claims it (its frames are tagged; untagged ones
+// are the parent's).
+func (b *builder) trunkSubports() map[string]subport {
+	if len(b.inv.Trunks) == 0 {
+		return nil
+	}
+	ports := make(map[string]*inventory.Port, len(b.inv.Ports))
+	for i := range b.inv.Ports {
+		ports[b.inv.Ports[i].ID] = &b.inv.Ports[i]
+	}
+	out := map[string]subport{}
+	for i := range b.inv.Trunks {
+		tr := &b.inv.Trunks[i]
+		parent := ports[tr.PortID]
+		pm, ok := uint64(0), false
+		if parent != nil {
+			pm, ok = ParseMAC(parent.MACAddress)
+		}
+		for _, sp := range tr.SubPorts {
+			switch {
+			case !ok:
+				b.anomaly(AnomalyTrunkSkipped, "trunk", tr.ID, "parent port %q is not in the inventory (or its MAC does not parse): subport %s attributed by MAC only", tr.PortID, sp.PortID)
+			case ports[sp.PortID] == nil:
+				b.anomaly(AnomalyTrunkSkipped, "trunk", tr.ID, "subport %q is not in the inventory", sp.PortID)
+			case sp.SegmentationType != "" && sp.SegmentationType != "vlan":
+				b.anomaly(AnomalyTrunkSkipped, "trunk", tr.ID, "subport %s: segmentation_type %q: only vlan is attributed", sp.PortID, sp.SegmentationType)
+				out[sp.PortID] = subport{parentMAC: pm}
+			case sp.SegmentationID < 1 || sp.SegmentationID > 4094:
+				b.anomaly(AnomalyTrunkSkipped, "trunk", tr.ID, "subport %s: segmentation_id %d is not a VLAN id", sp.PortID, sp.SegmentationID)
+				out[sp.PortID] = subport{parentMAC: pm}
+			default:
+				out[sp.PortID] = subport{vlan: uint16(sp.SegmentationID), parentMAC: pm}
+			}
+		}
+	}
+	return out
+}
+
 type claim struct {
 	e       *Endpoint
 	primary bool // the port's own MAC, not an address pair
@@ -681,6 +749,8 @@ type claim struct {
 // MACs, with amphora data ports re-attributed to the LB owner.
 func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 	amph := b.amphoraPorts()
+	subs := b.trunkSubports()
+	b.vlanEPs = map[vlanKey]*Endpoint{}
 	claims := map[uint64][]claim{}
 	for i := range b.inv.Ports {
 		p := &b.inv.Ports[i]
@@ -710,6 +780,18 @@ func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 		e.tenant = b.intern(e.TenantID)
 		e.domainKey, _ = b.portDomain(p.ID)
 		b.portTenant[p.ID] = e.TenantID
+		if sp, ok := subs[p.ID]; ok && sp.vlan != 0 {
+			k := vlanKey{mac, sp.vlan}
+			if prev, dup := b.vlanEPs[k]; dup {
+				b.anomaly(AnomalyTrunkSkipped, "port", p.ID, "MAC %s VLAN %d also subport %s: neither attributed by VLAN", FormatMAC(mac), sp.vlan, prev.PortID)
+				b.vlanEPs[k] = nil
+			} else {
+				b.vlanEPs[k] = e
+			}
+		}
+		if sp, ok := subs[p.ID]; ok && sp.parentMAC != 0 && mac == sp.parentMAC {
+			continue // Neutron's default: the parent's MAC, told apart by the VLAN only
+		}
 		claims[mac] = append(claims[mac], claim{e: e, primary: true})
 		for _, pair := range p.AllowedAddressPairs {
 			if pair.MACAddress == "" {

@@ -21,6 +21,9 @@ var (
 // On error in holds what parsed.
 func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
 	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction), Tap: f.Ifname}
+	if f.VLANID > 0 && f.VLANID < 4095 {
+		in.VLAN = uint16(f.VLANID)
+	}
 	var err error
 	var ok bool
 	if in.VMMAC, ok = ParseMAC(f.VMMAC); !ok {

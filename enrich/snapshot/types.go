@@ -85,6 +85,9 @@ type Input struct {
 	// LocalPort and RemotePort are the L4 ports on those sides (0: none);
 	// they tell apart pool members that share an address.
 	LocalPort, RemotePort uint16
+	// VLAN is the frame's 802.1Q VLAN id on the tap (0: untagged): a trunk
+	// subport is found by (VM MAC, VLAN).
+	VLAN uint16
 	// NowUS is the attribution clock (µs since the Unix epoch) against
 	// which ghost deadlines are checked.
 	NowUS int64

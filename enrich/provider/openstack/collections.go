@@ -48,6 +48,9 @@ var (
 	colPools = collection{endpoint: "pools", service: "Octavia", path: "lbaas/pools", key: "pools", paged: true,
 		fields:   []string{"id", "name", "project_id", "loadbalancers", "members"},
 		required: []string{"id", "loadbalancers"}}
+	colTrunks = collection{endpoint: "trunks", service: "Neutron", path: "trunks", key: "trunks", paged: true,
+		fields:   []string{"id", "name", "project_id", "tenant_id", "port_id", "sub_ports"},
+		required: []string{"id", "port_id", "sub_ports"}}
 	colMembers = collection{endpoint: "members", service: "Octavia", key: "members", paged: true,
 		fields:   []string{"id", "name", "address", "protocol_port", "subnet_id", "project_id"},
 		required: []string{"id", "address"}}

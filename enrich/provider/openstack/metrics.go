@@ -14,11 +14,11 @@ type metrics struct {
 }
 
 // Endpoints are the endpoint label values of tapflow_inventory_errors_total.
-var Endpoints = []string{"keystone", "projects", "networks", "subnets", "ports", "routers", "floatingips", "servers", "loadbalancers", "amphorae", "pools", "members"}
+var Endpoints = []string{"keystone", "projects", "networks", "subnets", "ports", "routers", "floatingips", "servers", "loadbalancers", "amphorae", "pools", "members", "trunks"}
 
 // bestEffort lists the collections a pass may serve from the previous
 // inventory.
-var bestEffort = []string{"servers", "loadbalancers", "amphorae", "pools"}
+var bestEffort = []string{"servers", "loadbalancers", "amphorae", "pools", "trunks"}
 
 func newMetrics(reg prometheus.Registerer, age func() float64) (*metrics, error) {
 	m := &metrics{

@@ -321,7 +321,7 @@ func (p *Provider) pass(ctx context.Context) error {
 func counts(inv *inventory.Inventory) map[string]int {
 	return map[string]int{"projects": len(inv.Projects), "networks": len(inv.Networks), "subnets": len(inv.Subnets),
 		"ports": len(inv.Ports), "routers": len(inv.Routers), "floatingips": len(inv.FloatingIPs), "servers": len(inv.Servers),
-		"loadbalancers": len(inv.LoadBalancers), "amphorae": len(inv.Amphorae), "pools": len(inv.Pools)}
+		"loadbalancers": len(inv.LoadBalancers), "amphorae": len(inv.Amphorae), "pools": len(inv.Pools), "trunks": len(inv.Trunks)}
 }
 
 // count records err on tapflow_inventory_errors_total.
@@ -424,6 +424,21 @@ func (p *Provider) fetch(ctx context.Context) (*inventory.Inventory, []string, e
 		inv.FloatingIPs = s
 		return err
 	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bestEff("trunks", func() error {
+			s, err := list[inventory.Trunk](ctx, p, cl.network, colTrunks)
+			var fe *FetchError
+			if errors.As(err, &fe) && fe.Code == "404" {
+				// the trunk extension is not enabled: no trunks
+				inv.Trunks = nil
+				return nil
+			}
+			inv.Trunks = s
+			return err
+		}, func() { inv.Trunks = slices.Clone(prev.Trunks) })
+	}()
 	if cl.identity != nil {
 		req(func() error {
 			s, err := list[inventory.Project](ctx, p, cl.identity, colProjects)

@@ -234,6 +234,7 @@ type builder struct {
 	portTenant map[string]string                  // admitted VM-like port → tenant billed (LB owner for amphorae)
 	domainIdx  map[string]uint32                  // sorted subnet ids → domain
 	drows      []map[netip.Prefix]rowVal          // domain rows; 0 unused
+	downers    []map[string]bool                  // per domain: the owners of its other_tenant rows
 	subRows    map[*subnetInfo][]prow             // cache of subnetRows
 	rtRows     map[*routerInfo][]prow             // cache of router route rows, owner-relative
 	subPorts   map[string][]*inventory.Port       // subnet id → ports with a fixed IP on it
@@ -340,6 +341,7 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 		portTenant: map[string]string{},
 		domainIdx:  map[string]uint32{},
 		drows:      []map[netip.Prefix]rowVal{nil},
+		downers:    []map[string]bool{nil},
 		subRows:    map[*subnetInfo][]prow{},
 		rtRows:     map[*routerInfo][]prow{},
 	}
@@ -353,11 +355,6 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 	b.prefixRows()
 	b.routeRows()
 	b.domainRows(eps)
-	for _, e := range b.vlanEPs {
-		if e != nil {
-			e.domain = b.domainIdx[e.domainKey]
-		}
-	}
 	s.tables, s.domains, s.vals = b.flattenTables(&s.stats)
 	s.domainIdx = b.domainIdx
 	b.carryGhosts(s, eps)
@@ -994,7 +991,7 @@ func (b *builder) flattenTables(st *Stats) ([]tables, []tables, []rowVal) {
 	}
 	d := make([]tables, len(b.drows))
 	for i, m := range b.drows {
-		if i > 0 {
+		if m != nil {
 			d[i] = flat(m)
 		}
 	}
@@ -1032,7 +1029,7 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		if i, ok := s.tenantIdx[g.TenantID]; ok && int(i) < len(s.tables) {
 			g.tenant = i
 		}
-		g.domain = s.domainIdx[g.domainKey] // 0 when its subnets are gone
+		g.domain = b.domainFor(&g) // empty when no live port uses that domain any more
 		eps[mac] = &g
 		s.stats.Ghosts++
 	}

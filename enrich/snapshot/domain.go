@@ -149,9 +149,29 @@ func (b *builder) domainRows(eps map[uint64]*Endpoint) {
 		}
 		b.domainIdx[k] = uint32(len(b.drows))
 		b.drows = append(b.drows, m)
+		owners := map[string]bool{}
+		for _, v := range m {
+			if v.zone == ZoneOtherTenant {
+				owners[v.peer] = true
+			}
+		}
+		b.downers = append(b.downers, owners)
 	}
+	used := make([]bool, len(b.drows))
 	for _, e := range eps {
-		e.domain = b.domainIdx[e.domainKey]
+		e.domain = b.domainFor(e)
+		used[e.domain] = true
+	}
+	for _, e := range b.vlanEPs {
+		if e != nil {
+			e.domain = b.domainFor(e)
+			used[e.domain] = true
+		}
+	}
+	for i := 1; i < len(b.drows); i++ {
+		if !used[i] {
+			b.drows[i] = nil // no endpoint needs it: not flattened
+		}
 	}
 	// a tenant's own subnet holding another project's port (RBAC): that
 	// address is the other project's in the owner's view too
@@ -172,6 +192,22 @@ func (b *builder) domainRows(eps map[uint64]*Endpoint) {
 			}
 		}
 	}
+}
+
+// domainFor is e's domain, or 0 when it names no project but e's own:
+// then the tenant's table already says everything it would (and the hot
+// path saves a lookup).
+func (b *builder) domainFor(e *Endpoint) uint32 {
+	d := b.domainIdx[e.domainKey]
+	if d == 0 {
+		return 0
+	}
+	for o := range b.downers[d] {
+		if o != e.TenantID {
+			return d
+		}
+	}
+	return 0
 }
 
 // portDomain is the domain key of a port and its subnets.

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -175,12 +176,7 @@ func (b *builder) domainRows(eps map[uint64]*Endpoint) {
 	}
 	// a tenant's own subnet holding another project's port (RBAC): that
 	// address is the other project's in the owner's view too
-	ids := make([]string, 0, len(b.subnets))
-	for id := range b.subnets {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(b.subnets)) {
 		si := b.subnets[id]
 		if si.net.Shared || si.net.External || si.net.Project() == "" {
 			continue

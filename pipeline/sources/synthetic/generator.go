@@ -473,6 +473,7 @@ func (g *generator) lbSegment2(fl *flow) {
 		g.set(fl, m, m.ip, amp.mac, amp.ip, protoTCP, 80, g.eph(), false)
 		fl.attr, fl.kind = m.attr(zoneInfra), "lb_segment_2 at the member: peer MAC is an amphora, remote its base address"
 		fl.attr.peerTenant = amp.tenant
+		fl.attr.lbID = amp.lbID // the member's side names the LB too (flow.v1.1)
 	}
 	fl.attr.lbSegment = 2
 }

@@ -32,6 +32,17 @@ type InventoryConfig struct {
 	// Refresh is how often provider "openstack" re-reads the cloud (a
 	// reconcile pass); Engine.Refresh asks for one at once.
 	Refresh units.Duration `yaml:"refresh"`
+	// MaxDropFraction: an inventory that lost more than this fraction of
+	// the previous one's ports is held back (the previous stays in use)
+	// until DropConfirmReads consecutive reads show the drop or an
+	// operator confirms it. 1 disables the guard.
+	MaxDropFraction float64 `yaml:"max_drop_fraction"`
+	// DropConfirmReads is how many consecutive reads of the source (the
+	// first included) confirm a held drop.
+	DropConfirmReads int `yaml:"drop_confirm_reads"`
+	// DropMinPorts: a drop of at most this many ports is never held (a
+	// small cloud loses whole percents with each deleted VM).
+	DropMinPorts int `yaml:"drop_min_ports"`
 	// OpenStack configures provider "openstack" (auth, interface,
 	// region, ...); see package enrich/provider/openstack.
 	OpenStack openstack.Config `yaml:"openstack"`
@@ -47,12 +58,14 @@ type LateBindingConfig struct {
 }
 
 // DefaultConfig returns the defaults: file provider polled every 5 s
-// (openstack: refreshed every 5 min on the internal interface), 60 s ghost
+// (openstack: refreshed every 5 min on the internal interface), a drop of
+// more than 10 % (and 10) of the ports held until 3 reads confirm it, 60 s ghost
 // grace, 10,000 records / 60 s late binding, 16 route hops.
 func DefaultConfig() Config {
 	return Config{
 		Inventory: InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second),
-			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig()},
+			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig(),
+			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10},
 		GhostGrace:   units.Duration(60 * time.Second),
 		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
 		MaxRouteHops: 16,
@@ -76,6 +89,15 @@ func (c Config) Validate() error {
 		e.Merge("inventory.openstack", osc.Validate())
 	default:
 		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file" or "openstack"`)
+	}
+	if f := c.Inventory.MaxDropFraction; f < 0 || f > 1 || f != f {
+		e.Add("inventory.max_drop_fraction", fmt.Sprintf("%g is not a fraction", f), "use 0..1, e.g. 0.1 (1 disables the guard)")
+	}
+	if c.Inventory.DropConfirmReads < 1 {
+		e.Add("inventory.drop_confirm_reads", fmt.Sprintf("%d is below 1", c.Inventory.DropConfirmReads), "use e.g. 3")
+	}
+	if c.Inventory.DropMinPorts < 0 {
+		e.Add("inventory.drop_min_ports", "negative", "use e.g. 10, or 0 to guard every drop above max_drop_fraction")
 	}
 	if c.Inventory.PollInterval.D() < 100*time.Millisecond {
 		e.Add("inventory.poll_interval", fmt.Sprintf("%s is too short", c.Inventory.PollInterval), "use at least 100ms, e.g. 5s")

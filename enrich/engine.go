@@ -36,6 +36,13 @@ type (
 	updater interface{ Updates() <-chan struct{} }
 	// refresher re-reads the source on demand (Engine.Refresh).
 	refresher interface{ Refresh() }
+	// reader counts complete reads of the source, so that polls between
+	// two reads do not confirm a held drop (openstack: one per pass).
+	// Without it every successful Poll is a read (file: it re-reads).
+	reader interface{ Reads() uint64 }
+	// guarded providers apply the drop guard themselves (nats: the
+	// service did); the Engine does not hold their inventories again.
+	guarded interface{ Guarded() bool }
 )
 
 // fileProvider adapts inventory.File.
@@ -57,6 +64,8 @@ type Engine struct {
 	lastInv *inventory.Inventory
 	seen    map[string]bool // anomalies already logged and counted
 	lastErr string
+	guard   inventory.DropGuard
+	reads   uint64 // provider Reads() at the last Load
 
 	lateMu sync.Mutex
 	late   []heldRecord
@@ -85,7 +94,8 @@ func WithClock(now func() time.Time) Option { return func(e *Engine) { e.now = n
 // and starts nothing: until Load or Run loads an inventory the Engine
 // attributes against an empty snapshot (version 0, everything unknown).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Engine, error) {
-	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}, kick: make(chan struct{}, 1)}
+	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}, kick: make(chan struct{}, 1),
+		guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads, MinPorts: cfg.Inventory.DropMinPorts}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -147,6 +157,10 @@ func (e *Engine) Load(ctx context.Context) error {
 		return err
 	}
 	e.lastErr = ""
+	if g, ok := e.prov.(guarded); !ok || !g.Guarded() {
+		inv = e.guardDrop(inv, changed)
+		changed = inv != nil
+	}
 	if changed {
 		e.lastInv = inv
 		e.rebuild()
@@ -157,6 +171,64 @@ func (e *Engine) Load(ctx context.Context) error {
 		e.rebuild()
 	}
 	return nil
+}
+
+// guardDrop passes a successful Poll through the drop guard and returns
+// the inventory to apply (nil: none). loadMu held.
+func (e *Engine) guardDrop(inv *inventory.Inventory, changed bool) *inventory.Inventory {
+	fresh := true // this Poll read the source
+	if r, ok := e.prov.(reader); ok {
+		n := r.Reads()
+		fresh, e.reads = n != e.reads, n
+	}
+	_, wasHeld := e.guard.Holding()
+	var apply *inventory.Inventory
+	switch {
+	case changed:
+		apply = e.guard.Offer(e.lastInv, inv)
+	case fresh:
+		apply = e.guard.Reread()
+	}
+	if h, held := e.guard.Holding(); held {
+		e.m.invHeld.Set(1)
+		if !wasHeld {
+			e.m.heldTotal.Inc()
+		}
+		lvl := slog.LevelDebug
+		if !wasHeld {
+			lvl = slog.LevelWarn
+		}
+		e.log.Log(context.Background(), lvl, "inventory held back: it lost too many ports at once; attribution keeps the previous snapshot",
+			"ports_before", h.PrevPorts, "ports_now", h.Ports, "drop", fmt.Sprintf("%.1f%%", 100*h.Drop()),
+			"max_drop_fraction", e.guard.MaxDrop, "reads", h.Reads, "confirm_after_reads", h.Needed,
+			"fix", "if the cloud really shrank, wait for the reads or confirm now: tapflow inventory confirm (POST /-/inventory/confirm)")
+		return nil
+	}
+	e.m.invHeld.Set(0)
+	if wasHeld && apply != nil {
+		e.m.confirmed.WithLabelValues("reads").Inc()
+		e.log.Warn("held inventory confirmed by consecutive reads; applying it", "ports", len(apply.Ports))
+	} else if wasHeld {
+		e.log.Info("held inventory superseded by one within inventory.max_drop_fraction")
+	}
+	return apply
+}
+
+// ConfirmDrop applies an inventory the drop guard holds back, at once
+// (the operator's command). It reports whether one was held.
+func (e *Engine) ConfirmDrop() bool {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	inv := e.guard.Confirm()
+	if inv == nil {
+		return false
+	}
+	e.m.invHeld.Set(0)
+	e.m.confirmed.WithLabelValues("operator").Inc()
+	e.log.Warn("held inventory confirmed by the operator; applying it", "ports", len(inv.Ports))
+	e.lastInv = inv
+	e.rebuild()
+	return true
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.

@@ -26,6 +26,9 @@ type metrics struct {
 	releasedWindow prometheus.Counter
 	releasedFull   prometheus.Counter
 	releasedFlush  prometheus.Counter
+	invHeld        prometheus.Gauge
+	heldTotal      prometheus.Counter
+	confirmed      *prometheus.CounterVec
 }
 
 var zoneIndex = [...]snapshot.Zone{snapshot.ZoneExternal, snapshot.ZoneSameTenant, snapshot.ZoneOtherTenant, snapshot.ZoneInfra, snapshot.ZoneMiss, snapshot.ZoneShared, snapshot.ZoneMulticast}
@@ -47,8 +50,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		amphoraMACs:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_amphora_macs", Help: "Amphora data port MACs billed to a load balancer owner; 0 while LBs exist means the join stopped resolving."}),
 		routerMACs:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_router_macs", Help: "Gatewayed router interface MACs carrying an exit label."}),
 		buildSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_build_seconds", Help: "Time the last snapshot build took."}),
+		invHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_held",
+			Help: "1 while an inventory that lost more than inventory.max_drop_fraction of the ports is held back (the previous snapshot stays in use)."}),
+		heldTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_inventory_held_total",
+			Help: "Inventories held back for losing more than inventory.max_drop_fraction of the ports."}),
+		confirmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_drop_confirmed_total",
+			Help: "Held inventories applied, by what confirmed them (reads, operator)."}, []string{"by"}),
 	}
-	for _, c := range []prometheus.Collector{m.recordsByZone, m.badRecords, m.held, m.resolved, m.released, m.version, m.builtAt, m.reloads, m.anomalies, m.snapAnomalies, m.endpoints, m.ghosts, m.amphoraMACs, m.routerMACs, m.buildSeconds} {
+	for _, c := range []prometheus.Collector{m.recordsByZone, m.badRecords, m.held, m.resolved, m.released, m.version, m.builtAt, m.reloads, m.anomalies, m.snapAnomalies, m.endpoints, m.ghosts, m.amphoraMACs, m.routerMACs, m.buildSeconds, m.invHeld, m.heldTotal, m.confirmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -61,6 +70,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.releasedFlush = m.released.WithLabelValues("flush")
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
+	}
+	for _, b := range []string{"reads", "operator"} {
+		m.confirmed.WithLabelValues(b)
 	}
 	return m, nil
 }

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
@@ -16,15 +18,83 @@ import (
 	"github.com/tapflow/tapflow/internal/obs"
 )
 
-// inventoryCmd implements `tapflow inventory dump`.
+const inventoryUsage = `Usage:
+  tapflow inventory dump --config FILE      print what the provider sees, in the file format
+  tapflow inventory confirm --config FILE   apply an inventory the drop guard holds back
+`
+
+// inventoryCmd implements `tapflow inventory dump|confirm`.
 func inventoryCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "dump" {
-		fmt.Fprint(stderr, "Usage: tapflow inventory dump --config FILE\n")
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 {
+		switch args[0] {
+		case "dump":
+			return inventoryDump(args, stdout, stderr)
+		case "confirm":
+			return inventoryConfirm(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, inventoryUsage)
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// inventoryConfirm asks the running process on this host (its metrics
+// endpoint, loopback by default) to apply a held inventory.
+func inventoryConfirm(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tapflow inventory confirm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file of the running agent (its metrics.listen is asked; required)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: tapflow inventory confirm --config FILE
+
+An inventory that lost more than inventory.max_drop_fraction of the ports is
+held back (tapflow_inventory_held is 1, the log says why) until
+inventory.drop_confirm_reads reads show the same drop. When the cloud really
+shrank, this applies it now: it POSTs /-/inventory/confirm to the process
+whose metrics.listen the config names.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
 	}
+	if *cfgPath == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "tapflow inventory confirm: invalid config:\n%s", indent(err))
+		return exitUsage
+	}
+	if cfg.Metrics.Listen == "" {
+		fmt.Fprint(stderr, "tapflow inventory confirm: metrics.listen is empty in the config; the running process has no endpoint to ask\n")
+		return exitUsage
+	}
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Post("http://"+cfg.Metrics.Listen+"/-/inventory/confirm", "text/plain", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "tapflow inventory confirm: %v (is the agent running with metrics.listen %s?)\n", err, cfg.Metrics.Listen)
+		return exitRuntime
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "tapflow inventory confirm: %s: %s", resp.Status, body)
+		return exitRuntime
+	}
+	_, _ = stdout.Write(body)
+	return exitOK
+}
+
+func inventoryDump(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tapflow inventory dump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file whose inventory section names the provider (required)")

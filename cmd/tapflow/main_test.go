@@ -29,6 +29,10 @@ func TestCLI(t *testing.T) {
 	if err := os.WriteFile(invCfg, []byte("node: a\ninventory:\n  file: "+inv+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noAgentCfg := filepath.Join(dir, "no-agent.yaml")
+	if err := os.WriteFile(noAgentCfg, []byte("node: a\nmetrics:\n  listen: 127.0.0.1:1\ninventory:\n  file: "+inv+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name     string
 		args     []string
@@ -50,6 +54,8 @@ func TestCLI(t *testing.T) {
 		{"collector help", []string{"collector", "-h"}, exitOK, nil, []string{"acked only after"}},
 		{"inventory dump needs config", []string{"inventory", "dump"}, exitUsage, nil, []string{"--config FILE"}},
 		{"inventory dump of a file", []string{"inventory", "dump", "--config", invCfg}, exitOK, []string{"ports:"}, nil},
+		{"inventory confirm needs config", []string{"inventory", "confirm"}, exitUsage, nil, []string{"--config FILE", "drop_confirm_reads"}},
+		{"inventory confirm without a running agent", []string{"inventory", "confirm", "--config", noAgentCfg}, exitRuntime, nil, []string{"is the agent running with metrics.listen 127.0.0.1:1"}},
 		{"report needs data", []string{"report"}, exitUsage, nil, []string{"--data is required"}},
 		{"report on empty dir", []string{"report", "--data", dir}, exitRuntime, nil, []string{"flows"}},
 	}

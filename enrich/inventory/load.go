@@ -24,8 +24,11 @@ func Parse(data []byte, name string) (*Inventory, error) {
 		return nil, fmt.Errorf("inventory %s: %s", name, cleanYAMLError(err))
 	}
 	inv := &Inventory{}
-	if len(root.Content) == 0 { // empty file: empty cloud
-		return inv, nil
+	// An empty document is what a file being written, or cut short at 0
+	// bytes, looks like: accepting it as an empty cloud would turn every
+	// port into a ghost. A cloud that is really empty is written "{}".
+	if len(root.Content) == 0 || (root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null") {
+		return nil, fmt.Errorf("inventory %s: %w: no collections (a truncated or half-written file?); write the whole inventory, or {} for a cloud that is really empty", name, ErrEmpty)
 	}
 	doc := root.Content[0]
 	if doc.Kind != yaml.MappingNode {
@@ -76,6 +79,9 @@ func Parse(data []byte, name string) (*Inventory, error) {
 	}
 	return inv, nil
 }
+
+// ErrEmpty marks an inventory file with no content at all.
+var ErrEmpty = errors.New("empty inventory")
 
 // Load reads and parses the inventory file at path.
 func Load(path string) (*Inventory, error) {

@@ -14,7 +14,16 @@ func TestParse(t *testing.T) {
 		wantErr []string // substrings of the error; none: must parse
 		check   func(t *testing.T, inv *Inventory)
 	}{
-		{name: "empty file is an empty cloud", in: ""},
+		{name: "empty file is rejected", in: "", wantErr: []string{"empty inventory", "{} for a cloud that is really empty"}},
+		{name: "whitespace and comments only are rejected", in: "\n  \n# written by cron\n", wantErr: []string{"empty inventory"}},
+		{name: "null document is rejected", in: "~\n", wantErr: []string{"empty inventory"}},
+		{name: "{} is an empty cloud", in: "{}\n", check: func(t *testing.T, inv *Inventory) {
+			if len(inv.Ports)+len(inv.Networks) != 0 {
+				t.Errorf("not empty: %+v", inv)
+			}
+		}},
+		{name: "truncated JSON is rejected", in: `{"ports": [{"id": "p1", "mac_address": "fa:16:3e:00:00:01"}, {"id": "p2", "mac_`, wantErr: []string{"inventory t:"}},
+		{name: "JSON cut after a complete object is rejected", in: `{"ports": [{"id": "p1"}`, wantErr: []string{"inventory t:"}},
 		{name: "YAML with API field names", in: `
 networks:
   - {id: n1, name: public, "router:external": true, shared: true, tenant_id: admin}

@@ -88,6 +88,8 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	}
 	refresh := eng.Refresh
 	rt.refresh.Store(&refresh)
+	confirm := eng.ConfirmDrop
+	rt.confirmDrop.Store(&confirm)
 	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt}, nil
 }
 

@@ -103,6 +103,9 @@ type runtime struct {
 	// refresh asks the inventory provider for an immediate reconcile
 	// (SIGHUP, POST /-/refresh); set once an agent exists.
 	refresh atomic.Pointer[func()]
+	// confirmDrop applies an inventory the drop guard holds back
+	// (POST /-/inventory/confirm); set once an agent exists.
+	confirmDrop atomic.Pointer[func() bool]
 }
 
 func (rt *runtime) requestRefresh() bool {
@@ -148,6 +151,22 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 					return
 				}
 				_, _ = io.WriteString(w, "inventory refresh requested\n")
+			}),
+			"/-/inventory/confirm": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPost {
+					http.Error(w, "use POST", http.StatusMethodNotAllowed)
+					return
+				}
+				f := rt.confirmDrop.Load()
+				if f == nil {
+					http.Error(w, "no inventory in this process", http.StatusNotFound)
+					return
+				}
+				if !(*f)() {
+					http.Error(w, "no inventory is held back", http.StatusConflict)
+					return
+				}
+				_, _ = io.WriteString(w, "held inventory applied\n")
 			}),
 		})
 		if err != nil {

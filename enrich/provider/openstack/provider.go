@@ -38,6 +38,7 @@ type Provider struct {
 	hash         [sha256.Size]byte
 	fetchedAt    time.Time
 	gen          uint64 // bumped when a pass yields a different inventory
+	reads        uint64 // bumped per complete pass, changed or not
 	polledGen    uint64
 	lastErr      error
 	errSeq       uint64 // bumped per failed pass
@@ -144,6 +145,15 @@ func (p *Provider) Refresh() {
 // Reconcile runs one pass now, after any pass in progress, and returns its
 // error (nil: the inventory is current).
 func (p *Provider) Reconcile(ctx context.Context) error { return p.pass(ctx) }
+
+// Reads counts the complete passes so far, changed or not: the drop
+// guard (inventory.max_drop_fraction) confirms a held inventory only by
+// fresh reads of the cloud, not by polls between passes.
+func (p *Provider) Reads() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reads
+}
 
 // Inventory returns the last complete inventory (nil before the first)
 // and when it was fetched. The inventory must not be modified.
@@ -288,6 +298,7 @@ func (p *Provider) pass(ctx context.Context) error {
 		p.gen++
 	}
 	p.fetchedAt = time.Now()
+	p.reads++
 	p.lastErr = nil
 	p.mu.Unlock()
 	p.m.passes.WithLabelValues("ok").Inc()

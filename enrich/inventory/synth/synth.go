@@ -17,11 +17,18 @@ type Options struct {
 	LoadBalancers    int // ACTIVE_STANDBY amphora LBs, one per tenant from the first
 	WithIPv6         bool
 	ExternalNetworks int // public networks the routers' gateways are spread over (≥ 1)
+	// FloatingIPsPerTenant: floating IPs on each tenant's first VMs (0: one).
+	FloatingIPsPerTenant int
 }
 
 // Realistic is the size the attribution benchmark runs at: 1,000 tenants,
 // 2,000 subnets, 10,000 VM ports, 100 load balancers.
 var Realistic = Options{Tenants: 1000, VMsPerTenant: 10, LoadBalancers: 100, ExternalNetworks: 2}
+
+// Fleet is the scale the metadata service is measured at (issue 13):
+// 100,000 ports (60,000 VMs, 20,000 router interfaces, 20,000 DHCP),
+// 10,000 routers, 50,000 floating IPs, 100 load balancers (+500 ports).
+var Fleet = Options{Tenants: 10000, VMsPerTenant: 6, FloatingIPsPerTenant: 5, LoadBalancers: 100, ExternalNetworks: 4}
 
 // Project, VMPort, RouterPort, ... name generated objects so callers can
 // find them without searching.
@@ -96,7 +103,7 @@ func Generate(o Options) *inventory.Inventory {
 			inv.Ports = append(inv.Ports, inventory.Port{ID: pid, NetworkID: fmt.Sprintf("net-%d-%d", t, s), ProjectID: p, MACAddress: VMMAC(t, v), DeviceOwner: "compute:nova", DeviceID: "srv-" + pid,
 				FixedIPs: []inventory.FixedIP{{SubnetID: fmt.Sprintf("sub-%d-%d", t, s), IPAddress: VMIP(t, v)}}})
 			inv.Servers = append(inv.Servers, inventory.Server{ID: "srv-" + pid, Name: pid, TenantID: p})
-			if v == 0 {
+			if v < max(o.FloatingIPsPerTenant, 1) {
 				inv.FloatingIPs = append(inv.FloatingIPs, inventory.FloatingIP{ID: "fip-" + pid, FloatingNetworkID: ext, PortID: pid, ProjectID: p})
 			}
 		}

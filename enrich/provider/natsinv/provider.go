@@ -1,0 +1,333 @@
+package natsinv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/enrich/inventory"
+)
+
+// Options configure a Provider.
+type Options struct {
+	// StatePath is the local copy of the last good snapshot (required).
+	StatePath string
+	// Resync is how often the head is re-read besides the watch (a watch
+	// that missed an update across a reconnect); default 30 s.
+	Resync time.Duration
+	Logger *slog.Logger
+	// Registry receives the metrics; nil: a private one.
+	Registry prometheus.Registerer
+}
+
+// Provider is inventory.provider: nats. It implements enrich.Provider
+// (Poll, Run, Updates, Guarded). Safe for concurrent use.
+type Provider struct {
+	nc   *nats.Conn
+	opts Options
+	log  *slog.Logger
+
+	updatesTotal *prometheus.CounterVec
+	versionG     prometheus.Gauge
+
+	mu      sync.Mutex
+	cur     *Snapshot // last good; nil before the first
+	polled  uint64    // version Poll last returned
+	lastBad string    // version+reason last logged, to log once
+
+	stateOnce sync.Once // the local copy is read once
+	ready     chan struct{}
+	readyOnce sync.Once
+	updates   chan struct{}
+}
+
+// Update results counted in tapflow_inventory_updates_total{result}.
+var results = []string{"ok", "decode_error", "out_of_order", "fetch_error", "state_error"}
+
+// NewProvider registers the metrics and reads nothing: the local copy is
+// read by the first Poll, NATS by Run.
+func NewProvider(nc *nats.Conn, o Options) (*Provider, error) {
+	if nc == nil {
+		return nil, errors.New("inventory provider nats: no NATS connection")
+	}
+	if o.StatePath == "" {
+		return nil, errors.New("inventory provider nats: no state path for the local copy")
+	}
+	if o.Resync <= 0 {
+		o.Resync = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	p := &Provider{nc: nc, opts: o, log: o.Logger.With("component", "inventory", "provider", "nats"),
+		ready: make(chan struct{}), updates: make(chan struct{}, 1)}
+	p.updatesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_updates_total",
+		Help: "Snapshots seen from NATS, by result: ok (applied), decode_error, out_of_order (older than the one held), fetch_error (NATS or the bucket unreachable), state_error (local copy not written); all but ok keep the last good snapshot."},
+		[]string{"result"})
+	p.versionG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_snapshot_version",
+		Help: "Version of the service's snapshot held (0 before the first)."})
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tapflow_inventory_age_seconds",
+		Help: "Seconds since the inventory in use was fetched from the cloud (by the service, for provider nats); -1 before the first."}, p.age)
+	for _, c := range []prometheus.Collector{p.updatesTotal, p.versionG, age} {
+		if err := o.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("inventory metrics: %w", err)
+		}
+	}
+	for _, r := range results {
+		p.updatesTotal.WithLabelValues(r)
+	}
+	return p, nil
+}
+
+func (p *Provider) age() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil {
+		return -1
+	}
+	return time.Since(p.cur.FetchedAt).Seconds()
+}
+
+// Guarded: the service applied the drop guard before publishing.
+func (p *Provider) Guarded() bool { return true }
+
+// Updates receives (coalesced) when a newer snapshot is held.
+func (p *Provider) Updates() <-chan struct{} { return p.updates }
+
+// Current is the snapshot held (nil before the first).
+func (p *Provider) Current() *Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur
+}
+
+// Poll implements enrich.Provider. The first call loads the local copy;
+// without one it waits for the first snapshot from NATS (or ctx), as the
+// openstack provider's cold start does: capture waits for attribution.
+// After that it never blocks.
+func (p *Provider) Poll(ctx context.Context) (*inventory.Inventory, bool, error) {
+	p.stateOnce.Do(p.loadState)
+	select {
+	case <-p.ready:
+	default:
+		if err := p.waitFirst(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur.Version == p.polled {
+		return nil, false, nil
+	}
+	p.polled = p.cur.Version
+	return p.cur.Inv, true, nil
+}
+
+func (p *Provider) loadState() {
+	s, err := readState(p.opts.StatePath)
+	switch {
+	case errors.Is(err, errNoState):
+		p.log.Info("no local inventory copy yet; waiting for the first snapshot from NATS", "state", p.opts.StatePath)
+		return
+	case err != nil:
+		p.updatesTotal.WithLabelValues("state_error").Inc()
+		p.log.Warn("local inventory copy unusable; waiting for a snapshot from NATS", "err", err)
+		return
+	}
+	p.log.Info("inventory loaded from the local copy; NATS updates it", "version", s.Version, "fetched", s.FetchedAt,
+		"ports", len(s.Inv.Ports), "state", p.opts.StatePath)
+	p.set(s, nil)
+}
+
+// waitFirst fetches the head until a snapshot is held or ctx ends.
+func (p *Provider) waitFirst(ctx context.Context) error {
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if err := p.sync(ctx); err == nil {
+			select {
+			case <-p.ready:
+				return nil
+			default:
+			}
+		} else if attempt == 1 || attempt%10 == 0 {
+			p.log.Warn("cold start: waiting for the first inventory snapshot from NATS; capture waits for it",
+				"attempt", attempt, "err", err, "fix", "run tapflow inventory serve against this NATS (docs/inventory-service.md)")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("inventory provider nats: no snapshot yet: %w", ctx.Err())
+		case <-p.ready: // Run got one
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// Run watches the bucket until ctx ends, re-reading the head every
+// Resync; errors are logged and counted, the last good snapshot stays.
+func (p *Provider) Run(ctx context.Context) error {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		err := p.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.logBad("watch", "fetch_error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	return nil
+}
+
+func (p *Provider) watch(ctx context.Context) error {
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return err
+	}
+	obs, err := js.ObjectStore(ctx, Bucket)
+	if err != nil {
+		return fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
+	}
+	w, err := obs.Watch(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", Bucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+	t := time.NewTicker(p.opts.Resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case info, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch ended")
+			}
+			if info != nil && info.Name == Object {
+				p.fetch(ctx, obs, info)
+			}
+		case <-t.C:
+			if err := p.syncWith(ctx, obs); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sync reads the head once (cold start).
+func (p *Provider) sync(ctx context.Context) error {
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	obs, err := js.ObjectStore(cctx, Bucket)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", Bucket, err)
+	}
+	return p.syncWith(cctx, obs)
+}
+
+func (p *Provider) syncWith(ctx context.Context, obs jetstream.ObjectStore) error {
+	info, err := obs.GetInfo(ctx, Object)
+	if err != nil {
+		return fmt.Errorf("read %s/%s: %w", Bucket, Object, err)
+	}
+	p.fetch(ctx, obs, info)
+	return nil
+}
+
+// fetch downloads and applies the object info describes, if newer.
+func (p *Provider) fetch(ctx context.Context, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) {
+	m, err := meta(info.Headers)
+	if err != nil {
+		p.logBad(info.NUID, "decode_error", err)
+		return
+	}
+	p.mu.Lock()
+	cur := p.cur
+	p.mu.Unlock()
+	if cur != nil && m.Version <= cur.Version {
+		if m.Version < cur.Version {
+			p.logBad(fmt.Sprint(m.Version), "out_of_order", fmt.Errorf("snapshot version %d is older than version %d held; kept", m.Version, cur.Version))
+		}
+		return
+	}
+	data, err := obs.GetBytes(ctx, Object)
+	if err != nil {
+		p.logBad(fmt.Sprint(m.Version), "fetch_error", fmt.Errorf("download version %d: %w", m.Version, err))
+		return
+	}
+	// The object may have been replaced between GetInfo and GetBytes:
+	// decode what arrived, but version it only by the headers read with
+	// it when they match the data's size.
+	if uint64(len(data)) != info.Size {
+		return // a newer put is under way; its watch update follows
+	}
+	inv, err := Decode(data)
+	if err != nil {
+		p.logBad(fmt.Sprint(m.Version), "decode_error", fmt.Errorf("snapshot version %d: %w", m.Version, err))
+		return
+	}
+	m.Inv = inv
+	p.set(&m, data)
+}
+
+// set makes s current, persists it (data: its encoding; nil when it came
+// from the local copy) and signals Run's consumer.
+func (p *Provider) set(s *Snapshot, data []byte) {
+	p.mu.Lock()
+	if p.cur != nil && s.Version <= p.cur.Version {
+		p.mu.Unlock()
+		return
+	}
+	p.cur = s
+	p.mu.Unlock()
+	p.versionG.Set(float64(s.Version))
+	if data != nil {
+		p.updatesTotal.WithLabelValues("ok").Inc()
+		p.log.Info("inventory snapshot received", "version", s.Version, "fetched", s.FetchedAt, "ports", len(s.Inv.Ports), "bytes", len(data))
+		if err := writeState(p.opts.StatePath, s, data); err != nil {
+			p.updatesTotal.WithLabelValues("state_error").Inc()
+			p.log.Error("local inventory copy not written; a restart without NATS would start from an older one", "err", err)
+		}
+	}
+	p.readyOnce.Do(func() { close(p.ready) })
+	select {
+	case p.updates <- struct{}{}:
+	default:
+	}
+}
+
+// logBad counts a failed update and logs it once per key and reason.
+func (p *Provider) logBad(key, result string, err error) {
+	p.updatesTotal.WithLabelValues(result).Inc()
+	p.mu.Lock()
+	k := key + "\x00" + result + "\x00" + err.Error()
+	repeat := p.lastBad == k
+	p.lastBad = k
+	var held uint64
+	if p.cur != nil {
+		held = p.cur.Version
+	}
+	p.mu.Unlock()
+	if !repeat {
+		p.log.Warn("inventory update not applied; attributing with the last good snapshot", "result", result, "held_version", held, "err", err)
+	}
+}

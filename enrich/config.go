@@ -22,7 +22,8 @@ type Config struct {
 
 // InventoryConfig chooses and configures the inventory provider.
 type InventoryConfig struct {
-	// Provider is "file" or "openstack".
+	// Provider is "file", "openstack" or "nats" (snapshots that
+	// `tapflow inventory serve` publishes; NATS credentials only).
 	Provider string `yaml:"provider"`
 	// File is the inventory file (YAML or JSON) for provider "file".
 	File string `yaml:"file"`
@@ -43,9 +44,21 @@ type InventoryConfig struct {
 	// DropMinPorts: a drop of at most this many ports is never held (a
 	// small cloud loses whole percents with each deleted VM).
 	DropMinPorts int `yaml:"drop_min_ports"`
+	// Serve configures `tapflow inventory serve` (which reads the
+	// cloud through provider "file" or "openstack").
+	Serve ServeConfig `yaml:"serve"`
 	// OpenStack configures provider "openstack" (auth, interface,
 	// region, ...); see package enrich/provider/openstack.
 	OpenStack openstack.Config `yaml:"openstack"`
+}
+
+// ServeConfig is `inventory.serve`: the metadata service.
+type ServeConfig struct {
+	// Lease is how long a serve instance holds the publisher lease
+	// without renewing it: a takeover after a crash takes at most this.
+	Lease units.Duration `yaml:"lease"`
+	// Instance names this instance in the lease (default: node).
+	Instance string `yaml:"instance"`
 }
 
 // LateBindingConfig sizes the late-binding buffer.
@@ -65,7 +78,7 @@ func DefaultConfig() Config {
 	return Config{
 		Inventory: InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second),
 			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig(),
-			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10},
+			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10, Serve: ServeConfig{Lease: units.Duration(15 * time.Second)}},
 		GhostGrace:   units.Duration(60 * time.Second),
 		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
 		MaxRouteHops: 16,
@@ -87,8 +100,9 @@ func (c Config) Validate() error {
 			osc.Refresh = units.Duration(5 * time.Minute) // reported above, not again below
 		}
 		e.Merge("inventory.openstack", osc.Validate())
+	case "nats": // NATS is the nats section's business
 	default:
-		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file" or "openstack"`)
+		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file", "openstack" or "nats"`)
 	}
 	if f := c.Inventory.MaxDropFraction; f < 0 || f > 1 || f != f {
 		e.Add("inventory.max_drop_fraction", fmt.Sprintf("%g is not a fraction", f), "use 0..1, e.g. 0.1 (1 disables the guard)")
@@ -98,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.Inventory.DropMinPorts < 0 {
 		e.Add("inventory.drop_min_ports", "negative", "use e.g. 10, or 0 to guard every drop above max_drop_fraction")
+	}
+	if c.Inventory.Serve.Lease.D() < time.Second {
+		e.Add("inventory.serve.lease", fmt.Sprintf("%s is too short", c.Inventory.Serve.Lease), "use at least 1s, e.g. 15s")
 	}
 	if c.Inventory.PollInterval.D() < 100*time.Millisecond {
 		e.Add("inventory.poll_interval", fmt.Sprintf("%s is too short", c.Inventory.PollInterval), "use at least 100ms, e.g. 5s")

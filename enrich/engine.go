@@ -110,6 +110,8 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option
 			return nil, fmt.Errorf("enrich config: %w", err)
 		}
 		switch cfg.Inventory.Provider {
+		case "nats":
+			return nil, errors.New("enrich: inventory.provider nats needs the process's NATS connection (enrich.WithProvider with a natsinv.Provider)")
 		case "openstack":
 			p, err := openstack.New(cfg.Inventory.OpenStackConfig(), e.log, reg)
 			if err != nil {

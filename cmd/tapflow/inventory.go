@@ -14,6 +14,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/internal/app"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
 )
@@ -21,6 +22,7 @@ import (
 const inventoryUsage = `Usage:
   tapflow inventory dump --config FILE      print what the provider sees, in the file format
   tapflow inventory confirm --config FILE   apply an inventory the drop guard holds back
+  tapflow inventory serve --config FILE     metadata service: read the cloud once, publish snapshots to NATS
 `
 
 // inventoryCmd implements `tapflow inventory dump|confirm`.
@@ -31,6 +33,8 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 			return inventoryDump(args, stdout, stderr)
 		case "confirm":
 			return inventoryConfirm(args[1:], stdout, stderr)
+		case "serve":
+			return inventoryServe(args[1:], stderr)
 		}
 	}
 	fmt.Fprint(stderr, inventoryUsage)
@@ -38,6 +42,57 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	return exitUsage
+}
+
+func inventoryServe(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tapflow inventory serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file: inventory.* chooses the provider (openstack or file), nats.* the bus (required)")
+	duration := fs.Duration("duration", 0, "stop after this long (0 = until SIGINT/SIGTERM)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: tapflow inventory serve --config FILE
+
+The metadata service: one poller per cloud. Reads the cloud through
+inventory.provider (openstack: every inventory.refresh; file: on change),
+holds back an inventory that lost more than inventory.max_drop_fraction of
+the ports, and publishes each new one as a versioned snapshot to NATS
+JetStream (Object Store TAPFLOW_INVENTORY). Agents with
+inventory.provider: nats need NATS credentials only. Run several for high
+availability: one holds the lease (inventory.serve.lease) and publishes,
+the others stand by. docs/inventory-service.md.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if *cfgPath == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "tapflow inventory serve: invalid config:\n%s", indent(err))
+		return exitUsage
+	}
+	log := obs.NewLogger(stderr, cfg.Log.Format, cfg.Log.Level)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	if err := app.RunInventoryServe(ctx, cfg, log); err != nil {
+		fmt.Fprintf(stderr, "tapflow inventory serve: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
 }
 
 // inventoryConfirm asks the running process on this host (its metrics

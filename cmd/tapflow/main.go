@@ -36,7 +36,7 @@ Commands:
   spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
   dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
   tap        print flow records live from NATS, filtered by tenant, zone, node, port; never disturbs the collector
-  inventory  inventory dump: print what the inventory provider sees, in the file format
+  inventory  inventory dump|confirm|serve: print what the provider sees, apply a held drop, run the metadata service
   validate   check a config file and list every problem
   version    print the version
 

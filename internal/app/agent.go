@@ -6,6 +6,7 @@ import (
 
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/enrich"
+	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
 	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
@@ -40,7 +41,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("synthetic source: %w", err)
 		}
 		src = s
-		if cfg.Inventory.File == "" {
+		if cfg.Inventory.File == "" && cfg.Inventory.Provider != "nats" {
 			// The synthetic cloud's own inventory attributes its records.
 			opts = append(opts, enrich.WithProvider(synthetic.NewStaticProvider(s.Inventory())))
 		}
@@ -62,6 +63,14 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		if meters, err = newAgentMeters(cfg, rt, feed, log); err != nil {
 			return nil, fmt.Errorf("meter pipeline: %w", err)
 		}
+	}
+	if cfg.Inventory.Provider == "nats" && len(opts) == 0 {
+		// Snapshots from `tapflow inventory serve`: NATS credentials only.
+		p, err := natsinv.NewProvider(rt.nc, natsinv.Options{StatePath: cfg.InventoryStatePath(), Logger: log, Registry: rt.reg})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, enrich.WithProvider(p))
 	}
 	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
 	if err != nil {

@@ -183,6 +183,12 @@ func (c Config) EnrichConfig() enrich.Config {
 	}
 }
 
+// InventoryStatePath is the agent's local copy of the last inventory
+// snapshot (provider nats), so a restart without NATS still attributes.
+func (c Config) InventoryStatePath() string {
+	return filepath.Join(c.AgentStateDir(), "inventory.snapshot")
+}
+
 // AgentStateDir is where the agent keeps its batch sequence.
 func (c Config) AgentStateDir() string { return filepath.Join(c.DataDir, "agent") }
 

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/enrich/invserve"
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/version"
+	"github.com/tapflow/tapflow/transport"
+)
+
+// fileSource adapts the static file provider for the service.
+type fileSource struct{ f *inventory.File }
+
+func (s fileSource) Poll(context.Context) (*inventory.Inventory, bool, error) { return s.f.Poll() }
+
+// RunInventoryServe is `tapflow inventory serve`: it reads the cloud
+// through inventory.provider (openstack or file) and publishes snapshots
+// to the NATS that nats.url names, until ctx ends.
+func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	switch cfg.Inventory.Provider {
+	case "openstack", "file":
+	default:
+		return fmt.Errorf("inventory serve reads the cloud: inventory.provider is %q; set it to openstack (or file)", cfg.Inventory.Provider)
+	}
+	if cfg.NATS.URL == "" {
+		return errors.New("inventory serve publishes to the NATS the agents use: set nats.url")
+	}
+	reg := obs.NewRegistry()
+	var src invserve.Source
+	if cfg.Inventory.Provider == "openstack" {
+		p, err := openstack.New(cfg.Inventory.OpenStackConfig(), log, reg)
+		if err != nil {
+			return err
+		}
+		log.Info("inventory serve: reading OpenStack", "source", p.Source())
+		src = p
+	} else {
+		f, err := inventory.NewFile(cfg.Inventory.File)
+		if err != nil {
+			return err
+		}
+		src = fileSource{f}
+	}
+	instance := cfg.Inventory.Serve.Instance
+	if instance == "" {
+		instance = fmt.Sprintf("%s-%d", cfg.Node, os.Getpid())
+	}
+	nc, err := transport.Connect(ctx, cfg.NATS, "tapflow-inventory-"+cfg.Node, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer nc.Close()
+	jsc, err := js.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	svc, err := invserve.New(invserve.Config{
+		Instance: instance, Lease: cfg.Inventory.Serve.Lease.D(), PollInterval: cfg.Inventory.PollInterval.D(),
+		Guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads,
+			MinPorts: cfg.Inventory.DropMinPorts},
+		Replicas: cfg.NATS.Replicas,
+	}, src, jsc, log, reg)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	if cfg.Metrics.Listen != "" {
+		srv, err := obs.Listen(cfg.Metrics.Listen, reg, map[string]http.Handler{
+			"/-/inventory/confirm": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPost {
+					http.Error(w, "use POST", http.StatusMethodNotAllowed)
+					return
+				}
+				if !svc.ConfirmDrop() {
+					http.Error(w, "no inventory is held back", http.StatusConflict)
+					return
+				}
+				_, _ = io.WriteString(w, "held inventory will be published\n")
+			}),
+			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPost {
+					http.Error(w, "use POST", http.StatusMethodNotAllowed)
+					return
+				}
+				if rf, ok := src.(interface{ Refresh() }); ok {
+					rf.Refresh()
+				}
+				_, _ = io.WriteString(w, "inventory refresh requested\n")
+			}),
+		})
+		if err != nil {
+			return err
+		}
+		log.Info("metrics endpoint", "url", "http://"+srv.Addr()+"/metrics")
+		mctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		go func() {
+			if err := srv.Run(mctx); err != nil {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+	log.Info("tapflow inventory serve starting", "version", version.Version, "instance", instance, "provider", cfg.Inventory.Provider,
+		"lease", cfg.Inventory.Serve.Lease, "nats", natsTarget(cfg))
+	return svc.Run(ctx)
+}

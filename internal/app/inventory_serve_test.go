@@ -1,0 +1,151 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/transport/transporttest"
+)
+
+// TestAgentAttributesFromInventoryServe: `tapflow inventory serve` reads
+// the (synthetic) cloud from a file and publishes it; an agent with
+// inventory.provider nats and no inventory of its own attributes every
+// record from it, keeps a private local copy, and a restart with NATS gone
+// still attributes from that copy.
+func TestAgentAttributesFromInventoryServe(t *testing.T) {
+	srv := transporttest.Run(t, "")
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Metrics.Listen = ""
+	src, err := synthetic.New(cfg.Synthetic, synthetic.Options{Node: cfg.Node, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot.Build(src.Inventory(), snapshot.Options{Version: 1}).Stats()
+	var b bytes.Buffer
+	if err := openstack.WriteInventory(&b, src.Inventory()); err != nil {
+		t.Fatal(err)
+	}
+	invPath := filepath.Join(dir, "cloud.yaml")
+	if err := os.WriteFile(invPath, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	scfg := cfg
+	scfg.NATS.URL = srv.ClientURL()
+	scfg.Inventory.Provider, scfg.Inventory.File = "file", invPath
+	sctx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- RunInventoryServe(sctx, scfg, quiet) }()
+	t.Cleanup(func() { stopServe(); <-served })
+
+	acfg := cfg
+	acfg.Inventory.Provider = "nats"
+	runAgent := func(nc *nats.Conn) (attributed, miss float64) {
+		t.Helper()
+		rt := newRT(t, srv.JS)
+		rt.nc = nc
+		reg := prometheus.NewRegistry()
+		rt.reg = reg
+		a, err := newAgent(acfg, rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &counter{}
+		a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent"}, a.source, []pipeline.Transform{a.engine, c}, pipelineSink{}, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := a.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.engine.Snapshot().Stats(); got.Endpoints != want.Endpoints || got.AmphoraMACs != want.AmphoraMACs {
+			t.Fatalf("agent snapshot %+v, want %+v", got, want)
+		}
+		if c.records.Load() == 0 {
+			t.Fatal("no records")
+		}
+		if v := gauge(t, reg, "tapflow_inventory_snapshot_version"); v < 1 {
+			t.Fatalf("not attributed from the service's snapshot: version %v", v)
+		}
+		return float64(c.records.Load()), zoneCount(t, reg, "miss")
+	}
+	if n, miss := runAgent(srv.NC); n == 0 || miss > n*0.2 {
+		t.Fatalf("records %v, miss %v", n, miss)
+	}
+	fi, err := os.Stat(acfg.InventoryStatePath())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("local copy: %v %v", fi, err)
+	}
+	// NATS and the service gone: the restarted agent attributes from its copy.
+	stopServe()
+	<-served
+	served <- nil
+	url := srv.ClientURL()
+	_ = srv.Close()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	runAgent(nc)
+}
+
+// pipelineSink acks every batch (the test looks at attribution, not delivery).
+type pipelineSink struct{}
+
+func (pipelineSink) Name() string { return "discard" }
+func (pipelineSink) Run(_ context.Context, in <-chan *pipeline.Batch) error {
+	for b := range in {
+		b.Ack(nil)
+	}
+	return nil
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+func zoneCount(t *testing.T, reg *prometheus.Registry, zone string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tapflow_enrich_records_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "zone" && l.GetValue() == zone {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -20,3 +20,22 @@ func TestGenerateIsClean(t *testing.T) {
 		}
 	}
 }
+
+func TestWithUUIDsKeepsTheCloudIntact(t *testing.T) {
+	o := synth.Options{Tenants: 20, VMsPerTenant: 4, LoadBalancers: 3, FloatingIPsPerTenant: 2}
+	want := snapshot.Build(synth.Generate(o), snapshot.Options{Version: 1}).Stats()
+	inv := synth.WithUUIDs(synth.Generate(o))
+	if id := inv.Ports[0].ID; len(id) != 36 || id[8] != '-' {
+		t.Fatalf("port id %q", id)
+	}
+	s := snapshot.Build(inv, snapshot.Options{Version: 1})
+	if a := s.Anomalies(); len(a) != 0 {
+		t.Fatalf("anomalies %v", a[:min(5, len(a))])
+	}
+	if got := s.Stats(); got != want {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+	if len(inv.FloatingIPs) != 20*2 {
+		t.Errorf("floating IPs %d", len(inv.FloatingIPs))
+	}
+}

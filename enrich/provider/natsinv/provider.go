@@ -195,36 +195,38 @@ func (p *Provider) Run(ctx context.Context) error {
 }
 
 func (p *Provider) watch(ctx context.Context) error {
+	// A plain subscription to the snapshot's meta subject: every put
+	// announces itself there, and it costs the server no consumer (a
+	// fleet of agents each holding an Object Store watch would hit the
+	// stream's consumer limit). Missed announcements (slow consumer, a
+	// reconnect) are caught by the resync.
+	ch := make(chan *nats.Msg, 4)
+	sub, err := p.nc.ChanSubscribe(MetaSubject, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", MetaSubject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	js, err := jetstream.New(p.nc)
 	if err != nil {
 		return err
 	}
-	obs, err := js.ObjectStore(ctx, Bucket)
-	if err != nil {
-		return fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
-	}
-	w, err := obs.Watch(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", Bucket, err)
-	}
-	defer func() { _ = w.Stop() }()
+	var obs jetstream.ObjectStore
 	t := time.NewTicker(p.opts.Resync)
 	defer t.Stop()
 	for {
+		if obs == nil {
+			if obs, err = js.ObjectStore(ctx, Bucket); err != nil {
+				return fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
+			}
+		}
+		if err := p.syncWith(ctx, obs); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case info, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if info != nil && info.Name == Object {
-				p.fetch(ctx, obs, info)
-			}
+		case <-ch:
 		case <-t.C:
-			if err := p.syncWith(ctx, obs); err != nil {
-				return err
-			}
 		}
 	}
 }

@@ -54,13 +54,14 @@ type Service struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	leader    prometheus.Gauge
-	published *prometheus.CounterVec
-	bytes     prometheus.Gauge
-	took      prometheus.Gauge
-	held      prometheus.Gauge
-	heldTotal prometheus.Counter
-	confirmed *prometheus.CounterVec
+	leader     prometheus.Gauge
+	published  *prometheus.CounterVec
+	bytes      prometheus.Gauge
+	deltaBytes prometheus.Gauge
+	took       prometheus.Gauge
+	held       prometheus.Gauge
+	heldTotal  prometheus.Counter
+	confirmed  *prometheus.CounterVec
 
 	mu         sync.Mutex
 	guard      inventory.DropGuard
@@ -93,12 +94,13 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 	s.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_serve_publishes_total",
 		Help: "Publish attempts, by result: ok, unchanged (the store had this content), error."}, []string{"result"})
 	s.bytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_snapshot_bytes", Help: "Encoded size of the last snapshot published (what each agent downloads)."})
+	s.deltaBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_delta_bytes", Help: "Size of the delta sent before the last snapshot (0: none: first version, or the delta would not have been much smaller)."})
 	s.took = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_publish_seconds", Help: "Time the last publish took (encode and put)."})
 	s.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_held",
 		Help: "1 while an inventory that lost more than inventory.max_drop_fraction of the ports is held back (not published)."})
 	s.heldTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_inventory_held_total", Help: "Inventories held back for losing more than inventory.max_drop_fraction of the ports."})
 	s.confirmed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_drop_confirmed_total", Help: "Held inventories published, by what confirmed them (reads, operator)."}, []string{"by"})
-	for _, c := range []prometheus.Collector{s.leader, s.published, s.bytes, s.took, s.held, s.heldTotal, s.confirmed} {
+	for _, c := range []prometheus.Collector{s.leader, s.published, s.bytes, s.deltaBytes, s.took, s.held, s.heldTotal, s.confirmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inventory serve metrics: %w", err)
 		}
@@ -333,7 +335,10 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 			fetched = at
 		}
 	}
-	res, err := natsinv.Publish(ctx, obs, apply, fetched)
+	s.mu.Lock()
+	prev, prevDigest := s.last, s.lastDigest
+	s.mu.Unlock()
+	res, err := natsinv.PublishFrom(ctx, s.js.Conn(), obs, prev, prevDigest, apply, fetched)
 	if err != nil {
 		s.published.WithLabelValues("error").Inc()
 		if ctx.Err() == nil {
@@ -342,7 +347,7 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 		return
 	}
 	s.mu.Lock()
-	s.last, s.lastDigest = apply, res.Digest
+	s.last, s.lastDigest = res.Inv, res.Digest
 	s.mu.Unlock()
 	if res.Skipped {
 		s.published.WithLabelValues("unchanged").Inc()
@@ -350,8 +355,9 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	}
 	s.published.WithLabelValues("ok").Inc()
 	s.bytes.Set(float64(res.Bytes))
+	s.deltaBytes.Set(float64(res.DeltaBytes))
 	s.took.Set(res.Took.Seconds())
-	s.log.Info("inventory snapshot published", "version", res.Version, "ports", len(apply.Ports), "bytes", res.Bytes, "took", res.Took.Round(time.Millisecond))
+	s.log.Info("inventory snapshot published", "version", res.Version, "ports", len(apply.Ports), "bytes", res.Bytes, "delta_bytes", res.DeltaBytes, "took", res.Took.Round(time.Millisecond))
 }
 
 // Close releases nothing (Run released the lease); for the lifecycle.

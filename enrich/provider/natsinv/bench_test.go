@@ -279,6 +279,11 @@ func BenchmarkColdStart1000Agents(b *testing.B) {
 		}
 		start := time.Now()
 		var failed atomic.Int64
+		var firstErr atomic.Pointer[error]
+		fail := func(err error) {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, &err)
+		}
 		for _, nc := range conns {
 			wg.Add(1)
 			go func() {
@@ -288,18 +293,18 @@ func BenchmarkColdStart1000Agents(b *testing.B) {
 				js, _ := jetstream.New(nc)
 				o, err := js.ObjectStore(cctx, Bucket)
 				if err != nil {
-					failed.Add(1)
+					fail(fmt.Errorf("open: %w", err))
 					return
 				}
 				r, err := o.Get(cctx, Object)
 				if err != nil {
-					failed.Add(1)
+					fail(fmt.Errorf("get: %w", err))
 					return
 				}
 				k, err := io.Copy(io.Discard, r) // the digest is checked at EOF
 				r.Close()
 				if err != nil || k != int64(res.Bytes) {
-					failed.Add(1)
+					fail(fmt.Errorf("read %d of %d bytes: %v", k, res.Bytes, err))
 					return
 				}
 				served.Add(k)
@@ -308,7 +313,7 @@ func BenchmarkColdStart1000Agents(b *testing.B) {
 		wg.Wait()
 		took = time.Since(start)
 		if f := failed.Load(); f > 0 {
-			b.Fatalf("%d of %d agents did not get the snapshot", f, n)
+			b.Fatalf("%d of %d agents did not get the snapshot after %s; first error: %v", f, n, took, *firstErr.Load())
 		}
 		after := int64(0)
 		for _, nc := range conns {

@@ -37,10 +37,12 @@ type Provider struct {
 	updatesTotal *prometheus.CounterVec
 	versionG     prometheus.Gauge
 
-	mu      sync.Mutex
-	cur     *Snapshot // last good; nil before the first
-	polled  uint64    // version Poll last returned
-	lastBad string    // version+reason last logged, to log once
+	mu        sync.Mutex
+	cur       *Snapshot // last good; nil before the first
+	polled    uint64    // version Poll last returned
+	lastBad   string    // version+reason last logged, to log once
+	dirty     bool      // deltas applied since the local copy was written
+	persisted time.Time // when it was last written
 
 	stateOnce sync.Once // the local copy is read once
 	ready     chan struct{}
@@ -49,7 +51,7 @@ type Provider struct {
 }
 
 // Update results counted in tapflow_inventory_updates_total{result}.
-var results = []string{"ok", "decode_error", "out_of_order", "fetch_error", "state_error"}
+var results = []string{"ok", "delta", "decode_error", "out_of_order", "fetch_error", "state_error"}
 
 // NewProvider registers the metrics and reads nothing: the local copy is
 // read by the first Poll, NATS by Run.
@@ -72,7 +74,7 @@ func NewProvider(nc *nats.Conn, o Options) (*Provider, error) {
 	p := &Provider{nc: nc, opts: o, log: o.Logger.With("component", "inventory", "provider", "nats"),
 		ready: make(chan struct{}), updates: make(chan struct{}, 1)}
 	p.updatesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_updates_total",
-		Help: "Snapshots seen from NATS, by result: ok (applied), decode_error, out_of_order (older than the one held), fetch_error (NATS or the bucket unreachable), state_error (local copy not written); all but ok keep the last good snapshot."},
+		Help: "Snapshots seen from NATS, by result: ok (snapshot downloaded and applied), delta (delta applied), decode_error, out_of_order (older than the one held), fetch_error (NATS or the bucket unreachable), state_error (local copy not written); all but ok keep the last good snapshot."},
 		[]string{"result"})
 	p.versionG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_snapshot_version",
 		Help: "Version of the service's snapshot held (0 before the first)."})
@@ -200,12 +202,16 @@ func (p *Provider) watch(ctx context.Context) error {
 	// fleet of agents each holding an Object Store watch would hit the
 	// stream's consumer limit). Missed announcements (slow consumer, a
 	// reconnect) are caught by the resync.
-	ch := make(chan *nats.Msg, 4)
-	sub, err := p.nc.ChanSubscribe(MetaSubject, ch)
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", MetaSubject, err)
+	// Deltas come on the same channel, so a delta is handled before the
+	// announcement of the put that follows it.
+	ch := make(chan *nats.Msg, 64)
+	for _, subj := range []string{DeltaSubject, MetaSubject} {
+		sub, err := p.nc.ChanSubscribe(subj, ch)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", subj, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 	}
-	defer func() { _ = sub.Unsubscribe() }()
 	js, err := jetstream.New(p.nc)
 	if err != nil {
 		return err
@@ -222,12 +228,73 @@ func (p *Provider) watch(ctx context.Context) error {
 		if err := p.syncWith(ctx, obs); err != nil {
 			return err
 		}
+	wait:
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ch:
+		case m := <-ch:
+			if m.Subject == DeltaSubject && p.applyDelta(m) {
+				goto wait // the announcement that follows finds it current
+			}
 		case <-t.C:
+			p.persistDirty()
 		}
+	}
+}
+
+// stateEvery bounds how often deltas rewrite the local copy (each write
+// encodes the whole inventory).
+const stateEvery = time.Minute
+
+// applyDelta applies a delta whose base is the version held; it reports
+// whether it did.
+func (p *Provider) applyDelta(m *nats.Msg) bool {
+	base, s, ports, c, err := decodeDelta(m)
+	if err != nil {
+		p.logBad("delta", "decode_error", err)
+		return false
+	}
+	p.mu.Lock()
+	cur := p.cur
+	p.mu.Unlock()
+	if cur == nil || cur.Version != base {
+		return false // not our base: the snapshot download follows
+	}
+	inv := Apply(cur.Inv, c)
+	if len(inv.Ports) != ports {
+		p.logBad("delta", "decode_error", fmt.Errorf("delta %d->%d gives %d ports, the service has %d; downloading the snapshot", base, s.Version, len(inv.Ports), ports))
+		return false
+	}
+	s.Inv = inv
+	p.updatesTotal.WithLabelValues("delta").Inc()
+	p.log.Info("inventory delta applied", "version", s.Version, "changed", c.Len(), "ports", ports, "bytes", len(m.Data))
+	p.set(&s, nil)
+	p.mu.Lock()
+	p.dirty = true
+	p.mu.Unlock()
+	p.persistDirty()
+	return true
+}
+
+// persistDirty writes the local copy after deltas, at most every
+// stateEvery.
+func (p *Provider) persistDirty() {
+	p.mu.Lock()
+	s, due := p.cur, p.dirty && time.Since(p.persisted) >= stateEvery
+	if due {
+		p.dirty, p.persisted = false, time.Now()
+	}
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	data, _, err := Encode(s.Inv)
+	if err == nil {
+		err = writeState(p.opts.StatePath, s, data)
+	}
+	if err != nil {
+		p.updatesTotal.WithLabelValues("state_error").Inc()
+		p.log.Error("local inventory copy not written; a restart without NATS would start from an older one", "err", err)
 	}
 }
 
@@ -305,6 +372,9 @@ func (p *Provider) set(s *Snapshot, data []byte) {
 	if data != nil {
 		p.updatesTotal.WithLabelValues("ok").Inc()
 		p.log.Info("inventory snapshot received", "version", s.Version, "fetched", s.FetchedAt, "ports", len(s.Inv.Ports), "bytes", len(data))
+		p.mu.Lock()
+		p.dirty, p.persisted = false, time.Now()
+		p.mu.Unlock()
 		if err := writeState(p.opts.StatePath, s, data); err != nil {
 			p.updatesTotal.WithLabelValues("state_error").Inc()
 			p.log.Error("local inventory copy not written; a restart without NATS would start from an older one", "err", err)

@@ -2,12 +2,13 @@ package natsinv
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
@@ -75,16 +76,29 @@ const ChunkSize = 512 << 10
 type Published struct {
 	Version uint64
 	Digest  string
-	Bytes   int  // encoded size (what each agent downloads)
-	Skipped bool // the store already held this content
-	Took    time.Duration
+	// Inv is the inventory published, normalized (sorted by id): the
+	// base of the next delta.
+	Inv        *inventory.Inventory
+	Bytes      int  // encoded size (what each agent downloads)
+	DeltaBytes int  // size of the delta sent before it; 0: none
+	Skipped    bool // the store already held this content
+	Took       time.Duration
 }
 
 // Publish writes inv as the next version unless the store already holds
 // the same content (several serve instances, or a restart, publish
 // nothing twice). Versions follow the store's head, +1.
 func Publish(ctx context.Context, obs jetstream.ObjectStore, inv *inventory.Inventory, fetchedAt time.Time) (Published, error) {
+	return PublishFrom(ctx, nil, obs, nil, "", inv, fetchedAt)
+}
+
+// PublishFrom is Publish, and when prev (normalized, with digest
+// prevDigest) is what the store's head holds, it first sends the delta
+// from prev on nc if the delta is much smaller than the snapshot: agents
+// holding the head then apply it instead of downloading the snapshot.
+func PublishFrom(ctx context.Context, nc *nats.Conn, obs jetstream.ObjectStore, prev *inventory.Inventory, prevDigest string, inv *inventory.Inventory, fetchedAt time.Time) (Published, error) {
 	start := time.Now()
+	inv = Normalize(inv)
 	data, digest, err := Encode(inv)
 	if err != nil {
 		return Published{}, err
@@ -94,12 +108,23 @@ func Publish(ctx context.Context, obs jetstream.ObjectStore, inv *inventory.Inve
 		return Published{}, err
 	}
 	if ok && head.Digest == digest {
-		return Published{Version: head.Version, Digest: digest, Bytes: len(data), Skipped: true, Took: time.Since(start)}, nil
+		return Published{Version: head.Version, Digest: digest, Inv: inv, Bytes: len(data), Skipped: true, Took: time.Since(start)}, nil
 	}
 	s := &Snapshot{Version: head.Version + 1, FetchedAt: fetchedAt, Digest: digest, Inv: inv}
+	res := Published{Version: s.Version, Digest: digest, Inv: inv, Bytes: len(data)}
+	if nc != nil && prev != nil && ok && head.Digest == prevDigest {
+		m, err := encodeDelta(head.Version, s, Diff(prev, inv))
+		if err == nil && deltaPays(len(m.Data), len(data)) {
+			// Best effort: an agent that misses it downloads the snapshot.
+			if err := nc.PublishMsg(m); err == nil {
+				res.DeltaBytes = len(m.Data)
+			}
+		}
+	}
 	meta := jetstream.ObjectMeta{Name: Object, Headers: headers(s), Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}
 	if _, err := obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return Published{}, fmt.Errorf("publish inventory version %d to %s: %w", s.Version, Bucket, err)
 	}
-	return Published{Version: s.Version, Digest: digest, Bytes: len(data), Took: time.Since(start)}, nil
+	res.Took = time.Since(start)
+	return res, nil
 }

@@ -302,9 +302,12 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	h, held := s.guard.Holding()
 	if !held && apply == nil && !changed && s.last != nil && s.lastDigest != "" {
 		// nothing new: keep the store in step (NATS restarted without its
-		// store, the object deleted by hand) by a cheap look at its head
+		// store, the object deleted by hand) by a cheap look at its head,
+		// and tell agents the cloud was read (their age metric)
 		if head, ok, err := natsinv.Head(ctx, obs); err == nil && (!ok || head.Digest != s.lastDigest) {
 			apply = s.last
+		} else if err == nil && fresh {
+			_ = s.js.Conn().PublishMsg(natsinv.CurrentMsg(head.Version, s.fetchedAt()))
 		}
 	}
 	s.mu.Unlock()
@@ -327,14 +330,7 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	if apply == nil {
 		return
 	}
-	fetched := time.Now()
-	if f, ok := s.src.(interface {
-		Inventory() (*inventory.Inventory, time.Time)
-	}); ok {
-		if _, at := f.Inventory(); !at.IsZero() {
-			fetched = at
-		}
-	}
+	fetched := s.fetchedAt()
 	s.mu.Lock()
 	prev, prevDigest := s.last, s.lastDigest
 	s.mu.Unlock()
@@ -358,6 +354,19 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	s.deltaBytes.Set(float64(res.DeltaBytes))
 	s.took.Set(res.Took.Seconds())
 	s.log.Info("inventory snapshot published", "version", res.Version, "ports", len(apply.Ports), "bytes", res.Bytes, "delta_bytes", res.DeltaBytes, "took", res.Took.Round(time.Millisecond))
+}
+
+// fetchedAt is when the source last read the cloud (openstack: its last
+// complete pass), else now.
+func (s *Service) fetchedAt() time.Time {
+	if f, ok := s.src.(interface {
+		Inventory() (*inventory.Inventory, time.Time)
+	}); ok {
+		if _, at := f.Inventory(); !at.IsZero() {
+			return at
+		}
+	}
+	return time.Now()
 }
 
 // Close releases nothing (Run released the lease); for the lifecycle.

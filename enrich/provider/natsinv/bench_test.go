@@ -329,3 +329,41 @@ func BenchmarkColdStart1000Agents(b *testing.B) {
 	b.Logf("%d agents: all held the %d-byte snapshot after %s; %.1f MB on the wire (payload %.1f MB); per-agent polling would move ≥ %.0f MB (JSON) and run %d full listings",
 		n, res.Bytes, took.Round(time.Millisecond), float64(wire.Load())/1e6, float64(served.Load())/1e6, float64(n)*float64(len(js))/1e6, n)
 }
+
+// BenchmarkDeltaFleet: a change of 1, 100 or 10,000 ports of the fleet
+// cloud as a delta against the full snapshot it spares each agent, with
+// the service's diff and the agent's apply time.
+func BenchmarkDeltaFleet(b *testing.B) {
+	base := Normalize(fleetInv())
+	full, _, _ := Encode(base)
+	for _, n := range []int{1, 100, 10000} {
+		next := *base
+		next.Ports = slicesClone(base.Ports)
+		for i := range n {
+			next.Ports[i*len(next.Ports)/n].Name = "changed"
+		}
+		b.Run(fmt.Sprintf("ports-%d/diff", n), func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				m, err := encodeDelta(1, &Snapshot{Version: 2, FetchedAt: time.Now(), Inv: &next}, Diff(base, &next))
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(m.Data)
+			}
+			b.ReportMetric(float64(size), "delta-bytes")
+			b.ReportMetric(float64(len(full)), "snapshot-bytes")
+			b.ReportMetric(float64(len(full))/float64(size), "snapshot/delta")
+		})
+		b.Run(fmt.Sprintf("ports-%d/apply", n), func(b *testing.B) {
+			d := Diff(base, &next)
+			for b.Loop() {
+				if got := Apply(base, d); len(got.Ports) != len(base.Ports) {
+					b.Fatal("ports")
+				}
+			}
+		})
+	}
+}
+
+func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -23,6 +24,21 @@ import (
 const DeltaSubject = "tapflow.inventory.delta"
 
 const hdrBase = "Tapflow-Inventory-Base"
+
+// CurrentSubject carries the service's "version V is still what the cloud
+// holds, as read at T" after each read that changed nothing, so that an
+// agent's tapflow_inventory_age_seconds measures the time since the cloud
+// was last read, not since it last changed.
+const CurrentSubject = "tapflow.inventory.current"
+
+// CurrentMsg is the note for version v read at fetched.
+func CurrentMsg(v uint64, fetched time.Time) *nats.Msg {
+	m := nats.NewMsg(CurrentSubject)
+	m.Header.Set(hdrFormat, Format)
+	m.Header.Set(hdrVersion, strconv.FormatUint(v, 10))
+	m.Header.Set(hdrFetched, fetched.UTC().Format(time.RFC3339Nano))
+	return m
+}
 
 // Changes turns one inventory into the next: whole objects added or
 // changed, and the ids removed, per collection.

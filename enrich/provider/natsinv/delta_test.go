@@ -28,7 +28,10 @@ func TestDiffApply(t *testing.T) {
 			inv.FloatingIPs[0].PortID = inv.Ports[7].ID
 			inv.Pools[0].Members = append(inv.Pools[0].Members, inventory.Member{ID: "m-new", Address: "10.0.0.99"})
 		}, 2},
-		{"tenant gone", func(inv *inventory.Inventory) { inv.Projects = inv.Projects[:len(inv.Projects)-1]; inv.Servers = inv.Servers[4:] }, 5},
+		{"tenant gone", func(inv *inventory.Inventory) {
+			inv.Projects = inv.Projects[:len(inv.Projects)-1]
+			inv.Servers = inv.Servers[4:]
+		}, 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

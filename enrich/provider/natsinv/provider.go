@@ -205,7 +205,7 @@ func (p *Provider) watch(ctx context.Context) error {
 	// Deltas come on the same channel, so a delta is handled before the
 	// announcement of the put that follows it.
 	ch := make(chan *nats.Msg, 64)
-	for _, subj := range []string{DeltaSubject, MetaSubject} {
+	for _, subj := range []string{DeltaSubject, MetaSubject, CurrentSubject} {
 		sub, err := p.nc.ChanSubscribe(subj, ch)
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", subj, err)
@@ -236,10 +236,33 @@ func (p *Provider) watch(ctx context.Context) error {
 			if m.Subject == DeltaSubject && p.applyDelta(m) {
 				goto wait // the announcement that follows finds it current
 			}
+			if m.Subject == CurrentSubject && p.touch(m) {
+				goto wait
+			}
 		case <-t.C:
 			p.persistDirty()
 		}
 	}
+}
+
+// touch applies a "still current" note for the version held; false when
+// it names another version (then the head is read).
+func (p *Provider) touch(m *nats.Msg) bool {
+	n, err := meta(m.Header)
+	if err != nil {
+		return true // not ours to act on
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil || n.Version != p.cur.Version {
+		return p.cur != nil && n.Version < p.cur.Version
+	}
+	if n.FetchedAt.After(p.cur.FetchedAt) {
+		c := *p.cur
+		c.FetchedAt = n.FetchedAt
+		p.cur = &c
+	}
+	return true
 }
 
 // stateEvery bounds how often deltas rewrite the local copy (each write

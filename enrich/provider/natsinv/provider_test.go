@@ -329,3 +329,32 @@ func TestStateFileRejectsDamage(t *testing.T) {
 		t.Fatalf("good copy: %+v %v", s, err)
 	}
 }
+
+// An unchanged cloud is not republished, but each read of it is
+// announced, so the agent's age measures the time since the last read.
+func TestAgeFollowsReadsOfAnUnchangedCloud(t *testing.T) {
+	e := newEnv(t)
+	if _, err := Publish(context.Background(), e.obs, cloud(5), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, e.srv.NC, filepath.Join(t.TempDir(), "s"), true)
+	a.pollFor(t, 1)
+	if age := a.p.age(); age < 3500 {
+		t.Fatalf("age %v, want about an hour", age)
+	}
+	for _, m := range []*nats.Msg{CurrentMsg(7, time.Now()), CurrentMsg(1, time.Now())} {
+		if err := e.srv.NC.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for a.p.age() > 60 {
+		if time.Now().After(deadline) {
+			t.Fatalf("age %v after a current note", a.p.age())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a.p.Current().Version != 1 {
+		t.Fatalf("version %d", a.p.Current().Version)
+	}
+}

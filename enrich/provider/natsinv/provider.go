@@ -217,15 +217,16 @@ func (p *Provider) watch(ctx context.Context) error {
 		return err
 	}
 	var obs jetstream.ObjectStore
+	var st jetstream.Stream
 	t := time.NewTicker(p.opts.Resync)
 	defer t.Stop()
 	for {
 		if obs == nil {
-			if obs, err = js.ObjectStore(ctx, Bucket); err != nil {
-				return fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
+			if obs, st, err = open(ctx, js); err != nil {
+				return err
 			}
 		}
-		if err := p.syncWith(ctx, obs); err != nil {
+		if err := p.syncWith(ctx, obs, st); err != nil {
 			return err
 		}
 	wait:
@@ -327,26 +328,38 @@ func (p *Provider) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	obs, err := js.ObjectStore(cctx, Bucket)
+	obs, st, err := open(cctx, js)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", Bucket, err)
+		return err
 	}
-	return p.syncWith(cctx, obs)
+	return p.syncWith(cctx, obs, st)
 }
 
-func (p *Provider) syncWith(ctx context.Context, obs jetstream.ObjectStore) error {
+func open(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, jetstream.Stream, error) {
+	obs, err := js.ObjectStore(ctx, Bucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
+	}
+	st, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", StreamName, err)
+	}
+	return obs, st, nil
+}
+
+func (p *Provider) syncWith(ctx context.Context, obs jetstream.ObjectStore, st jetstream.Stream) error {
 	info, err := obs.GetInfo(ctx, Object)
 	if err != nil {
 		return fmt.Errorf("read %s/%s: %w", Bucket, Object, err)
 	}
-	p.fetch(ctx, obs, info)
+	p.fetch(ctx, st, info)
 	return nil
 }
 
 // fetch downloads and applies the object info describes, if newer.
-func (p *Provider) fetch(ctx context.Context, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) {
+func (p *Provider) fetch(ctx context.Context, st jetstream.Stream, info *jetstream.ObjectInfo) {
 	m, err := meta(info.Headers)
 	if err != nil {
 		p.logBad(info.NUID, "decode_error", err)
@@ -361,16 +374,12 @@ func (p *Provider) fetch(ctx context.Context, obs jetstream.ObjectStore, info *j
 		}
 		return
 	}
-	data, err := obs.GetBytes(ctx, Object)
+	data, err := Download(ctx, st, info)
 	if err != nil {
+		// also when the object was replaced meanwhile (its chunks purged):
+		// the announcement of the new one follows
 		p.logBad(fmt.Sprint(m.Version), "fetch_error", fmt.Errorf("download version %d: %w", m.Version, err))
 		return
-	}
-	// The object may have been replaced between GetInfo and GetBytes:
-	// decode what arrived, but version it only by the headers read with
-	// it when they match the data's size.
-	if uint64(len(data)) != info.Size {
-		return // a newer put is under way; its watch update follows
 	}
 	inv, err := Decode(data)
 	if err != nil {

@@ -41,6 +41,8 @@ func TestErrorsNameFieldAndFix(t *testing.T) {
 		{"missing inventory file", "node: a\ninventory:\n  file: /nonexistent/inv.yaml\n", []string{"inventory.file:"}},
 		{"poll interval zero with synthetic", "node: a\ninventory:\n  poll_interval: 0s\n", []string{"inventory.poll_interval"}},
 		{"not yaml", "node: [\n", []string{"not valid YAML"}},
+		{"inventory guard and serve keys", "node: a\ninventory:\n  provider: nats\n  max_drop_fraction: 2\n  drop_confirm_reads: 0\n  drop_min_ports: -1\n  serve:\n    lease: 10ms\n", []string{
+			"inventory.max_drop_fraction: 2 is not a fraction", "inventory.drop_confirm_reads", "inventory.drop_min_ports", "inventory.serve.lease: 10ms is too short"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -152,21 +152,12 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 				}
 				_, _ = io.WriteString(w, "inventory refresh requested\n")
 			}),
-			"/-/inventory/confirm": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method != http.MethodPost {
-					http.Error(w, "use POST", http.StatusMethodNotAllowed)
-					return
-				}
+			"/-/inventory/confirm": confirmHandler(func() (bool, bool) {
 				f := rt.confirmDrop.Load()
 				if f == nil {
-					http.Error(w, "no inventory in this process", http.StatusNotFound)
-					return
+					return false, false
 				}
-				if !(*f)() {
-					http.Error(w, "no inventory is held back", http.StatusConflict)
-					return
-				}
-				_, _ = io.WriteString(w, "held inventory applied\n")
+				return true, (*f)()
 			}),
 		})
 		if err != nil {

@@ -25,6 +25,26 @@ type fileSource struct{ f *inventory.File }
 
 func (s fileSource) Poll(context.Context) (*inventory.Inventory, bool, error) { return s.f.Poll() }
 
+// confirmHandler serves POST /-/inventory/confirm; confirm reports
+// whether the process has an inventory and whether one was held (and is
+// now applied).
+func confirmHandler(confirm func() (has, held bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		switch has, held := confirm(); {
+		case !has:
+			http.Error(w, "no inventory in this process", http.StatusNotFound)
+		case !held:
+			http.Error(w, "no inventory is held back", http.StatusConflict)
+		default:
+			_, _ = io.WriteString(w, "held inventory applied\n")
+		}
+	})
+}
+
 // RunInventoryServe is `tapflow inventory serve`: it reads the cloud
 // through inventory.provider (openstack or file) and publishes snapshots
 // to the NATS that nats.url names, until ctx ends.
@@ -81,17 +101,7 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 	defer svc.Close()
 	if cfg.Metrics.Listen != "" {
 		srv, err := obs.Listen(cfg.Metrics.Listen, reg, map[string]http.Handler{
-			"/-/inventory/confirm": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method != http.MethodPost {
-					http.Error(w, "use POST", http.StatusMethodNotAllowed)
-					return
-				}
-				if !svc.ConfirmDrop() {
-					http.Error(w, "no inventory is held back", http.StatusConflict)
-					return
-				}
-				_, _ = io.WriteString(w, "held inventory will be published\n")
-			}),
+			"/-/inventory/confirm": confirmHandler(func() (bool, bool) { return true, svc.ConfirmDrop() }),
 			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method != http.MethodPost {
 					http.Error(w, "use POST", http.StatusMethodNotAllowed)

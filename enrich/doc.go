@@ -8,7 +8,10 @@
 // provider "openstack": package enrich/provider/openstack, whose own loop —
 // cold start, reconcile every inventory.refresh — Run runs alongside)
 // and swaps in a new snapshot when the inventory changes; an inventory that
-// does not load keeps the last good snapshot and is reported once. The
+// does not load keeps the last good snapshot and is reported once, and one
+// that lost more than inventory.max_drop_fraction of the ports is held back
+// until consecutive reads or the operator confirm it (inventory.DropGuard;
+// provider "nats" snapshots were guarded by the service). The
 // Engine is a pipeline.Transform: Apply attributes a batch in place.
 //
 // Records whose VM-side MAC is not known yet are held in a bounded

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,7 +43,10 @@ type Server struct {
 }
 
 // Listen binds addr (so a port clash fails at start, not later). Extra
-// handlers (e.g. POST /-/refresh) are mounted next to /metrics.
+// handlers (operator actions such as POST /-/refresh) are mounted next to
+// /metrics and answer only connections from the host itself: metrics.listen
+// may be opened to a Prometheus elsewhere, which must not be able to apply
+// a held-back inventory or force Neutron polls.
 func Listen(addr string, reg *prometheus.Registry, extra map[string]http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -52,7 +56,7 @@ func Listen(addr string, reg *prometheus.Registry, extra map[string]http.Handler
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	for path, h := range extra {
-		mux.Handle(path, h)
+		mux.Handle(path, sameHostOnly(h))
 	}
 	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
@@ -72,4 +76,33 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("metrics server: %w", err)
 	}
 	return nil
+}
+
+// sameHostOnly refuses a request that does not come from this host: the
+// peer is a loopback address or the very address it connected to (a
+// client on the host dialling the host's own IP).
+func sameHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fromSameHost(r) {
+			http.Error(w, "operator actions are accepted from this host only; run the tapflow command on the host", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func fromSameHost(r *http.Request) bool {
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	if peer.Addr().IsLoopback() {
+		return true
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	l, err := netip.ParseAddrPort(local.String())
+	return err == nil && l.Addr().Unmap() == peer.Addr().Unmap()
 }

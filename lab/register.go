@@ -374,7 +374,28 @@ func (r *registrar) floatingIPs(ctx context.Context) error {
 				ID string `json:"id"`
 			} `json:"floatingip"`
 		}
-		if err := call(ctx, r.api.neutron, "POST", "floatingips", nil, map[string]any{"floatingip": body}, &out, 201); err != nil {
+		post := func() error {
+			return call(ctx, r.api.neutron, "POST", "floatingips", nil, map[string]any{"floatingip": body}, &out, 201)
+		}
+		// The address is unique on its network: it tells whether a create
+		// answered with a 500 was made after all.
+		find := func() (bool, error) {
+			var got struct {
+				FloatingIPs []struct {
+					ID string `json:"id"`
+				} `json:"floatingips"`
+			}
+			q := url.Values{"floating_ip_address": {f.Holder.V4().String()}, "floating_network_id": {r.id(f.Net.ID)}}
+			if err := call(ctx, r.api.neutron, "GET", "floatingips?"+q.Encode(), nil, nil, &got, 200); err != nil {
+				return false, err
+			}
+			if len(got.FloatingIPs) == 1 {
+				out.FloatingIP.ID = got.FloatingIPs[0].ID
+				return true, nil
+			}
+			return false, nil
+		}
+		if err := postRetrying(ctx, r.log, "floating IP "+f.Holder.V4().String(), post, find); err != nil {
 			return fmt.Errorf("register: create floating IP %s for %s: %w", f.Holder.V4(), portLabel(f.Port), err)
 		}
 		r.reg.IDs[f.ID] = out.FloatingIP.ID

@@ -100,6 +100,35 @@ func retryDelete(ctx context.Context, log *slog.Logger, c Created, del func() er
 	}
 }
 
+// postRetrying creates an object with post. On a server error (5xx: a
+// loaded Neutron on SQLite answered POST floatingips with 500 in CI) it
+// asks find whether the object exists anyway — the failure may come after
+// the commit — and adopts it, else posts again, for up to deleteRetryFor.
+// Other errors return at once.
+func postRetrying(ctx context.Context, log *slog.Logger, what string, post func() error, find func() (bool, error)) error {
+	backoff := deleteRetryBackoff
+	deadline := time.Now().Add(deleteRetryFor)
+	for attempt := 1; ; attempt++ {
+		err := post()
+		var e gophercloud.ErrUnexpectedResponseCode
+		if err == nil || !errors.As(err, &e) || e.Actual < 500 || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		log.Info("register: OpenStack answered a create with a server error; checking and retrying", "object", what,
+			"attempt", attempt, "retry_in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		if ok, ferr := find(); ferr == nil && ok {
+			log.Info("register: the create was made despite the error; adopting it", "object", what)
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 // transientAPIError: an answer worth asking again (5xx or 409).
 func transientAPIError(err error) bool {
 	var e gophercloud.ErrUnexpectedResponseCode

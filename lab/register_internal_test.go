@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -244,4 +245,39 @@ func TestUnregisterRetriesTransient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPostRetrying: a create answered with a 500 is posted again, or
+// adopted when it was made anyway; a 400 is returned at once.
+func TestPostRetrying(t *testing.T) {
+	tests := []struct {
+		name      string
+		answers   []error // per post; the last one repeats
+		exists    bool    // what find reports after a failure
+		wantErr   bool
+		wantPosts int
+	}{
+		{"500 then created", []error{code(500), nil}, false, false, 2},
+		{"500 but made anyway", []error{code(500)}, true, false, 1},
+		{"400 is not retried", []error{code(400)}, false, true, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			posts := 0
+			post := func() error {
+				err := tc.answers[min(posts, len(tc.answers)-1)]
+				posts++
+				return err
+			}
+			find := func() (bool, error) { return tc.exists, nil }
+			err := postRetrying(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), "floating IP", post, find)
+			if (err != nil) != tc.wantErr || posts != tc.wantPosts {
+				t.Fatalf("err = %v, posts = %d; want error %v, posts %d", err, posts, tc.wantErr, tc.wantPosts)
+			}
+		})
+	}
+}
+
+func code(n int) error {
+	return fmt.Errorf("POST floatingips: %w", gophercloud.ErrUnexpectedResponseCode{Actual: n})
 }

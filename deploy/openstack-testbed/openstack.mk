@@ -21,7 +21,7 @@ openstack-testbed-install: ## Install the OpenStack testbed's Debian packages (r
 
 test-openstack: openstack-testbed-install ## Register scenario + contract tests against real Keystone/Neutron/Nova/Octavia (root, ~4 min).
 	@set -e; dir=$$(mktemp -d /tmp/tapflow-openstack-XXXXXX); \
-	trap 'rc=$$?; if [ $$rc -ne 0 ]; then echo "==> server-side errors in the testbed logs (last 80 lines)"; grep -h -A12 -E " ERROR |Traceback" "'"$$dir"'"/log/*.log 2>/dev/null | tail -80; fi; \
+	trap 'rc=$$?; if [ $$rc -ne 0 ]; then echo "==> server-side errors in the testbed logs (last 40 lines per log; Octavia worker restarts left out)"; for f in "'"$$dir"'"/log/*.log; do grep -v cotyledon "$$f" | grep -A12 -E " ERROR |Traceback" | tail -40 | sed "s|^|$${f##*/}: |"; done 2>/dev/null; fi; \
 		$(OPENSTACK_TESTBED)/down.sh "'"$$dir"'" >/dev/null 2>&1 || true; [ -n "$$TAPFLOW_OPENSTACK_KEEP" ] || rm -rf "'"$$dir"'"' EXIT; \
 	$(OPENSTACK_TESTBED)/up.sh "$$dir"; \
 	echo "==> lab up --register against the testbed"; \

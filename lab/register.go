@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -147,6 +148,41 @@ func (r *registrar) fixedIPs(p *Port) []map[string]string {
 	return out
 }
 
+// neutronCreate POSTs body as one Neutron kind (port, network, subnet,
+// router) and decodes the object into into. A server error is checked
+// with GET <kind>s?unique (the values that identify the object) and the
+// object adopted when exactly one was made, else posted again
+// (postRetrying): a loaded Neutron on SQLite answers 500 now and then.
+func (r *registrar) neutronCreate(ctx context.Context, kind string, body map[string]any, unique url.Values, into any) error {
+	var one map[string]json.RawMessage
+	var found json.RawMessage
+	post := func() error {
+		return call(ctx, r.api.neutron, "POST", kind+"s", nil, map[string]any{kind: body}, &one, 201)
+	}
+	find := func() (bool, error) {
+		var many map[string][]json.RawMessage
+		if err := call(ctx, r.api.neutron, "GET", kind+"s?"+unique.Encode(), nil, nil, &many, 200); err != nil {
+			return false, err
+		}
+		if l := many[kind+"s"]; len(l) == 1 {
+			found = l[0]
+			return true, nil
+		}
+		return false, nil
+	}
+	if err := postRetrying(ctx, r.log, kind, post, find); err != nil {
+		return err
+	}
+	raw := found
+	if raw == nil {
+		raw = one[kind]
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("decode the created %s: %w", kind, err)
+	}
+	return nil
+}
+
 // createPort creates p in Neutron with its MAC and addresses.
 func (r *registrar) createPort(ctx context.Context, p *Port, owner, deviceID string) (neutronPort, error) {
 	body := map[string]any{"name": p.Name, "network_id": r.id(p.Net.ID), "mac_address": p.MAC.String(),
@@ -157,7 +193,8 @@ func (r *registrar) createPort(ctx context.Context, p *Port, owner, deviceID str
 	var out struct {
 		Port neutronPort `json:"port"`
 	}
-	if err := call(ctx, r.api.neutron, "POST", "ports", nil, map[string]any{"port": body}, &out, 201); err != nil {
+	unique := url.Values{"network_id": {r.id(p.Net.ID)}, "mac_address": {p.MAC.String()}}
+	if err := r.neutronCreate(ctx, "port", body, unique, &out.Port); err != nil {
 		return neutronPort{}, fmt.Errorf("register: create port %s: %w", portLabel(p), err)
 	}
 	r.reg.IDs[p.ID] = out.Port.ID
@@ -248,7 +285,8 @@ func (r *registrar) networks(ctx context.Context) error {
 				ID string `json:"id"`
 			} `json:"network"`
 		}
-		if err := call(ctx, r.api.neutron, "POST", "networks", nil, map[string]any{"network": body}, &out, 201); err != nil {
+		unique := url.Values{"name": {n.Name}, "project_id": {r.id(n.Project.ID)}}
+		if err := r.neutronCreate(ctx, "network", body, unique, &out.Network); err != nil {
 			return fmt.Errorf("register: create network %s: %w", n.Name, err)
 		}
 		r.reg.IDs[n.ID] = out.Network.ID
@@ -271,7 +309,8 @@ func (r *registrar) networks(ctx context.Context) error {
 					ID string `json:"id"`
 				} `json:"subnet"`
 			}
-			if err := call(ctx, r.api.neutron, "POST", "subnets", nil, map[string]any{"subnet": sb}, &so, 201); err != nil {
+			unique := url.Values{"network_id": {out.Network.ID}, "cidr": {sn.Prefix.String()}}
+			if err := r.neutronCreate(ctx, "subnet", sb, unique, &so.Subnet); err != nil {
 				return fmt.Errorf("register: create subnet %s of %s: %w", sn.Prefix, n.Name, err)
 			}
 			r.reg.IDs[sn.ID] = so.Subnet.ID // deleted with its network
@@ -292,7 +331,8 @@ func (r *registrar) routers(ctx context.Context) error {
 				ID string `json:"id"`
 			} `json:"router"`
 		}
-		if err := call(ctx, r.api.neutron, "POST", "routers", nil, map[string]any{"router": body}, &out, 201); err != nil {
+		unique := url.Values{"name": {rt.Name}, "project_id": {r.id(rt.Project.ID)}}
+		if err := r.neutronCreate(ctx, "router", body, unique, &out.Router); err != nil {
 			return fmt.Errorf("register: create router %s: %w", rt.Name, err)
 		}
 		rid := out.Router.ID

@@ -62,7 +62,7 @@ func collect(t *testing.T, s *transporttest.Server, want int, ackErr error) []sc
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out := make(chan *pipeline.Batch, 4)
 	done := make(chan error, 1)

@@ -72,6 +72,8 @@ type Engine struct {
 	nHeld  atomic.Int64
 
 	kick chan struct{} // Refresh -> Run
+
+	onUnknown func(vmMAC string) // WithUnknownVM
 }
 
 type heldRecord struct {
@@ -86,6 +88,11 @@ type Option func(*Engine)
 
 // WithProvider replaces the provider the config names.
 func WithProvider(p Provider) Option { return func(e *Engine) { e.prov = p } }
+
+// WithUnknownVM calls ask (it must not block) with the VM MAC of every
+// record held for an unknown VM: provider nats asks the service for it
+// (package lookup), so the port arrives within the late-binding window.
+func WithUnknownVM(ask func(vmMAC string)) Option { return func(e *Engine) { e.onUnknown = ask } }
 
 // WithClock replaces time.Now.
 func WithClock(now func() time.Time) Option { return func(e *Engine) { e.now = now } }

@@ -46,6 +46,9 @@ func (e *Engine) attribute(s *snapshot.Snapshot, now time.Time, recs []schemas.F
 		}
 		if r.UnknownVM && late {
 			hold = append(hold, heldRecord{f: *f, at: now, version: s.Version(), zone: r.Zone})
+			if e.onUnknown != nil {
+				e.onUnknown(f.VMMAC)
+			}
 			continue
 		}
 		zones[r.Zone]++

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 )
 
@@ -44,6 +45,8 @@ type Config struct {
 	Guard inventory.DropGuard
 	// Replicas of the JetStream buckets.
 	Replicas int
+	// Lookup tunes the targeted lookups agents send (package lookup).
+	Lookup lookup.ServerOptions
 }
 
 // Service publishes inventories. Run it once; Close is a no-op kept for
@@ -69,6 +72,9 @@ type Service struct {
 	lastDigest string               // its digest once published by this instance
 	reads      uint64
 	confirm    chan struct{}
+
+	lookups *lookup.Server
+	lookup  chan struct{} // a lookup asks for a read now (coalesced)
 }
 
 // New validates cfg and registers the metrics; it contacts nothing.
@@ -89,7 +95,18 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 		reg = prometheus.NewRegistry()
 	}
 	s := &Service{cfg: cfg, src: src, js: js, log: log.With("component", "inventory-serve", "instance", cfg.Instance),
-		guard: cfg.Guard, confirm: make(chan struct{}, 1)}
+		guard: cfg.Guard, confirm: make(chan struct{}, 1), lookup: make(chan struct{}, 1)}
+	cfg.Lookup.Registry = reg
+	ls, err := lookup.NewServer(func() {
+		select {
+		case s.lookup <- struct{}{}:
+		default: // a read is already asked for: it serves this MAC too
+		}
+	}, cfg.Lookup)
+	if err != nil {
+		return nil, fmt.Errorf("inventory serve: %w", err)
+	}
+	s.lookups = ls
 	s.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_leader", Help: "1 while this instance holds the lease and publishes."})
 	s.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_serve_publishes_total",
 		Help: "Publish attempts, by result: ok, unchanged (the store had this content), error."}, []string{"result"})
@@ -219,6 +236,13 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 	if u, ok := s.src.(interface{ Updates() <-chan struct{} }); ok {
 		updates = u.Updates()
 	}
+	// Targeted lookups are answered by the leader only: it reads the cloud.
+	if sub, err := s.lookups.Subscribe(s.js.Conn()); err != nil {
+		s.log.Warn("inventory serve: targeted lookups not served; agents wait for the next read", "err", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	refresher, _ := s.src.(interface{ Refresh() })
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	polled := make(chan struct{}, 1)
@@ -241,6 +265,11 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 			continue
 		case <-poll.C:
 		case <-updates:
+		case <-s.lookup:
+			if refresher != nil { // openstack: a pass now; Updates signals its end
+				refresher.Refresh()
+				continue
+			}
 		case <-s.confirm:
 			if polled == nil {
 				s.step(lctx, obs, true)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/enrich"
+	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
@@ -25,6 +26,7 @@ type agent struct {
 	// meters publishes the capture's meter.v1 deltas (source ebpf only).
 	meters *pipeline.RunnerOf[schemas.Meter]
 	rt     *runtime
+	asker  *lookup.Asker // provider nats: targeted lookups; else nil
 }
 
 func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
@@ -33,6 +35,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		src    pipeline.Source
 		opts   []enrich.Option
 		meters *pipeline.RunnerOf[schemas.Meter]
+		asker  *lookup.Asker
 	)
 	switch cfg.Source {
 	case "synthetic":
@@ -71,6 +74,13 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, err
 		}
 		opts = append(opts, enrich.WithProvider(p))
+		// Unknown VM MACs are asked of the service at once (docs/inventory-service.md).
+		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Logger: log, Registry: rt.reg})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, enrich.WithUnknownVM(ask.Ask))
+		asker = ask
 	}
 	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
 	if err != nil {
@@ -99,7 +109,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	rt.refresh.Store(&refresh)
 	confirm := eng.ConfirmDrop
 	rt.confirmDrop.Store(&confirm)
-	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt}, nil
+	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt, asker: asker}, nil
 }
 
 // Run loads the inventory before the source starts (capture must not run
@@ -117,5 +127,8 @@ func (a *agent) Run(ctx context.Context) error {
 			a.rt.log.Error("inventory reload loop stopped", "err", err)
 		}
 	}()
+	if a.asker != nil {
+		go func() { _ = a.asker.Run(reloadCtx) }()
+	}
 	return runWithMeters(ctx, a.runner, a.meters)
 }

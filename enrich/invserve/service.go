@@ -75,6 +75,38 @@ type Service struct {
 
 	lookups *lookup.Server
 	lookup  chan struct{} // a lookup asks for a read now (coalesced)
+	macs    chan string   // targeted lookups for a macLooker source
+}
+
+// macLooker sources answer a targeted lookup without a full read
+// (openstack: GET /v2.0/ports?mac_address=…); changed is signalled on
+// Updates.
+type macLooker interface {
+	LookupMAC(ctx context.Context, mac string) (changed bool, err error)
+}
+
+// readNow asks lead for a full read (coalesced: one pending at most).
+func (s *Service) readNow() {
+	select {
+	case s.lookup <- struct{}{}:
+	default: // a read is already asked for: it serves this MAC too
+	}
+}
+
+// lookMACs runs the targeted lookups; one that fails (or finds a port on
+// a network the inventory lacks) falls back to a full read.
+func (s *Service) lookMACs(ctx context.Context, l macLooker) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case mac := <-s.macs:
+			if _, err := l.LookupMAC(ctx, mac); err != nil && ctx.Err() == nil {
+				s.log.Info("targeted lookup incomplete; reading the whole cloud now", "mac", mac, "err", err)
+				s.readNow()
+			}
+		}
+	}
 }
 
 // New validates cfg and registers the metrics; it contacts nothing.
@@ -95,13 +127,17 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 		reg = prometheus.NewRegistry()
 	}
 	s := &Service{cfg: cfg, src: src, js: js, log: log.With("component", "inventory-serve", "instance", cfg.Instance),
-		guard: cfg.Guard, confirm: make(chan struct{}, 1), lookup: make(chan struct{}, 1)}
+		guard: cfg.Guard, confirm: make(chan struct{}, 1), lookup: make(chan struct{}, 1), macs: make(chan string, 64)}
 	cfg.Lookup.Registry = reg
-	ls, err := lookup.NewServer(func() {
-		select {
-		case s.lookup <- struct{}{}:
-		default: // a read is already asked for: it serves this MAC too
+	ls, err := lookup.NewServer(func(mac string) {
+		if _, ok := src.(macLooker); ok {
+			select {
+			case s.macs <- mac:
+				return
+			default: // too many at once: one full read serves them all
+			}
 		}
+		s.readNow()
 	}, cfg.Lookup)
 	if err != nil {
 		return nil, fmt.Errorf("inventory serve: %w", err)
@@ -243,6 +279,10 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	refresher, _ := s.src.(interface{ Refresh() })
+	if l, ok := s.src.(macLooker); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.lookMACs(lctx, l) }()
+	}
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	polled := make(chan struct{}, 1)

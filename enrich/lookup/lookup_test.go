@@ -161,7 +161,7 @@ func TestAskerBounds(t *testing.T) {
 func TestServerCoalescesAndLimits(t *testing.T) {
 	now := time.Unix(1000, 0)
 	queries := 0
-	s, err := lookup.NewServer(func() { queries++ }, lookup.ServerOptions{Rate: 1, Burst: 2, Window: 10 * time.Second, MaxMACs: 16, Now: func() time.Time { return now }})
+	s, err := lookup.NewServer(func(string) { queries++ }, lookup.ServerOptions{Rate: 1, Burst: 2, Window: 10 * time.Second, MaxMACs: 16, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestServerCoalescesAndLimits(t *testing.T) {
 	if g := testutil.ToFloat64(s.Total(lookup.ReplyQueried)); g != 324 {
 		t.Errorf("queried %v", g)
 	}
-	if _, err := lookup.NewServer(func() {}, lookup.ServerOptions{Rate: -1}); err == nil {
+	if _, err := lookup.NewServer(func(string) {}, lookup.ServerOptions{Rate: -1}); err == nil {
 		t.Error("negative rate accepted")
 	}
 }

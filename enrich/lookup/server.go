@@ -27,11 +27,11 @@ type ServerOptions struct {
 }
 
 // Server answers lookups: a MAC not asked within the window, with a token
-// left in the bucket, triggers one provider query (Query). Safe for
+// left in the bucket, triggers one provider query (query). Safe for
 // concurrent use.
 type Server struct {
 	o     ServerOptions
-	query func()
+	query func(mac string)
 	total *prometheus.CounterVec
 
 	mu     sync.Mutex
@@ -43,8 +43,8 @@ type Server struct {
 var serveResults = []string{ReplyQueried, ReplyCoalesced, ReplyLimited, ReplyInvalid}
 
 // NewServer validates and registers the metrics; query is called (it
-// must not block) for each lookup let through.
-func NewServer(query func(), o ServerOptions) (*Server, error) {
+// must not block) with the MAC (lower case) of each lookup let through.
+func NewServer(query func(mac string), o ServerOptions) (*Server, error) {
 	if query == nil {
 		return nil, errors.New("inventory lookup server: no query function")
 	}
@@ -123,7 +123,7 @@ func (s *Server) handle(mac string) string {
 	}
 	s.recent[mac] = now
 	s.mu.Unlock()
-	s.query()
+	s.query(mac)
 	return ReplyQueried
 }
 

@@ -46,6 +46,7 @@ type Provider struct {
 	skippedLBs   map[string]bool   // LB ids of non-amphora providers, from the last LB list
 	reported     map[string]string // best-effort collection -> last error logged
 	skippedCount int
+	lookupCl     *clients // p.cl once connected, for LookupMAC (which must not wait for a pass)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -365,6 +366,9 @@ func (p *Provider) fetch(ctx context.Context) (*inventory.Inventory, []string, e
 			return nil, nil, err
 		}
 		p.cl = cl
+		p.mu.Lock()
+		p.lookupCl = cl
+		p.mu.Unlock()
 		if len(cl.absent) > 0 {
 			p.log.Info("services not in use (their collections stay empty)", "services", cl.absent)
 		}

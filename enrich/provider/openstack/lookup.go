@@ -20,7 +20,8 @@ var ErrNeedsPass = errors.New("the port's network or subnet is not in the invent
 // serve`, which does not wait for a pass. Ports the inventory lacks are
 // added when their network and subnets are known (else ErrNeedsPass),
 // and Updates signals the change. Reports whether the inventory changed.
-// The next pass replaces the inventory as usual.
+// The next pass replaces the inventory as usual (one in progress is
+// followed by another, which sees the port).
 func (p *Provider) LookupMAC(ctx context.Context, mac string) (bool, error) {
 	p.mu.Lock()
 	cl, base := p.lookupCl, p.inv
@@ -71,6 +72,13 @@ func (p *Provider) LookupMAC(ctx context.Context, mac string) (bool, error) {
 	select {
 	case p.updates <- struct{}{}:
 	default:
+	}
+	// A pass in progress may have listed the ports before this one
+	// existed and would drop it again: queue one more pass after it.
+	if p.passMu.TryLock() {
+		p.passMu.Unlock()
+	} else {
+		p.Refresh()
 	}
 	p.log.Info("targeted lookup added ports", "mac", mac, "ports", len(add))
 	return true, nil

@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	"github.com/tapflow/tapflow/bpf"
+	ebpfsrc "github.com/tapflow/tapflow/bpf/source"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
-	ebpfsrc "github.com/tapflow/tapflow/pipeline/sources/ebpf"
 	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport/publish"

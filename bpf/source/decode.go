@@ -1,4 +1,4 @@
-package ebpf
+package source
 
 import (
 	"net/netip"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ebpf
+package source
 
 import (
 	"context"

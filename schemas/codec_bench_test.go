@@ -12,8 +12,8 @@ import (
 	"github.com/pierrec/lz4/v4"
 
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/synthetic"
 )
 
 var (

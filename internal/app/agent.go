@@ -11,8 +11,8 @@ import (
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/synthetic"
 	"github.com/tapflow/tapflow/transport/publish"
 	"github.com/tapflow/tapflow/transport/publish/spool"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/tapflow/tapflow/internal/chaos"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/synthetic"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/publish"
 )

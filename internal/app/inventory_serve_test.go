@@ -14,7 +14,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/pipeline"
-	"github.com/tapflow/tapflow/pipeline/sources/synthetic"
+	"github.com/tapflow/tapflow/synthetic"
 	"github.com/tapflow/tapflow/transport/transporttest"
 )
 

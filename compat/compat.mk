@@ -2,14 +2,14 @@
 # Included by the top-level Makefile (`include compat/compat.mk`).
 
 VERSITYGW_VERSION := v1.8.0
-# Same place internal/versitygw looks (os.UserCacheDir): shared by every
+# Same place internal/testkit/versitygw looks (os.UserCacheDir): shared by every
 # clone on the machine, so CI's fresh clone does not rebuild it.
 VERSITYGW_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tapflow/versitygw-$(VERSITYGW_VERSION)
 VERSITYGW_BIN := $(VERSITYGW_DIR)/versitygw
 
 .PHONY: versitygw compat-test compat-vet
 
-# Under the lock internal/versitygw takes (flock on .versitygw.lock): a test
+# Under the lock internal/testkit/versitygw takes (flock on .versitygw.lock): a test
 # that needs the binary while this builds it waits, then uses it.
 versitygw: ## Build the S3 server the tests run (versitygw, Apache-2.0) into ~/.cache/tapflow, once (~2-3 min cold).
 	@mkdir -p $(VERSITYGW_DIR) && flock $(VERSITYGW_DIR)/.versitygw.lock $(SHELL) -c '\

@@ -15,10 +15,10 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2"
 
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
 )
 
 // placeholder is the output path the cookbook's queries use.

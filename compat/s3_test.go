@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tapflow/tapflow/internal/versitygw"
+	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"

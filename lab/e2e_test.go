@@ -233,7 +233,7 @@ func TestDownAfterCrash(t *testing.T) {
 	}
 	// Nothing the lab made may be left in the host namespace. Compare names,
 	// not counts: other test packages run in parallel and create and remove
-	// their own devices (bpf/nslab's are named nsl*/tap<lab-id>*).
+	// their own devices (internal/testkit/nslab's are named nsl*/tap<lab-id>*).
 	had := map[string]bool{}
 	for _, e := range before {
 		had[e.Name()] = true

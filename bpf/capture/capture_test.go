@@ -21,7 +21,7 @@ import (
 
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/bpf/attach"
-	"github.com/tapflow/tapflow/bpf/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/units"
 	"golang.org/x/sys/unix"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/bpf/capture"
-	"github.com/tapflow/tapflow/bpf/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 )

@@ -11,8 +11,8 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
 )
 
 func TestCLI(t *testing.T) {

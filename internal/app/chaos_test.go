@@ -23,10 +23,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tapflow/tapflow/internal/chaos"
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/testkit/chaos"
+	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/internal/units"
-	"github.com/tapflow/tapflow/internal/versitygw"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
@@ -40,7 +40,7 @@ var (
 )
 
 // chaosBinaries builds cmd/tapflow and the chaosnats server
-// (internal/chaos/cmd/chaosnats) once per test binary and returns their
+// (internal/testkit/chaos/cmd/chaosnats) once per test binary and returns their
 // paths.
 func chaosBinaries(t *testing.T) (tapflow, natsServer string) {
 	t.Helper()
@@ -56,7 +56,7 @@ func chaosBinaries(t *testing.T) (tapflow, natsServer string) {
 			return
 		}
 		start := time.Now()
-		chaosBinErr = chaos.Build(root, dir, "./cmd/tapflow", "./internal/chaos/cmd/chaosnats")
+		chaosBinErr = chaos.Build(root, dir, "./cmd/tapflow", "./internal/testkit/chaos/cmd/chaosnats")
 		chaosBinDir = dir
 		t.Logf("built tapflow and chaosnats in %s", time.Since(start).Round(time.Millisecond))
 	})

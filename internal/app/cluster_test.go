@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/internal/chaos"
-	"github.com/tapflow/tapflow/internal/versitygw"
+	"github.com/tapflow/tapflow/internal/testkit/chaos"
+	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/transport"
 )
 

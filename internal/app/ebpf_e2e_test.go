@@ -17,7 +17,7 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/bpf/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport/transporttest"

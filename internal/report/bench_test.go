@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 )
 
 // BenchmarkRead reads 1M records (3 partitions) written by the sink, per

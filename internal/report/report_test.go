@@ -20,10 +20,10 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
 )
 
 // writeWithSink commits recs through the real Parquet sink under a new

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/internal/testkit/jsonl"
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/jsonl"
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
 )
 
 const (

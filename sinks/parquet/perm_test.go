@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 )
 
 // otherGroup is a group of this host the process is not running as.

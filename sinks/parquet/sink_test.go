@@ -16,9 +16,9 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
 )
 
 func TestRoundTrip(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/sinks/parquet/parquettest"
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 )
 
 // TestStatistics checks the statistics readers prune with: min/max on

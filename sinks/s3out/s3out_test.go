@@ -18,8 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/internal/units"
-	"github.com/tapflow/tapflow/internal/versitygw"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"

@@ -12,10 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/testkit/jsonl"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/sinks/jsonl"
 	"github.com/tapflow/tapflow/sinks/parquet"
 	"github.com/tapflow/tapflow/synthetic"
 	"github.com/tapflow/tapflow/transport"

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/tapflow/tapflow/internal/versitygw"
+	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 )
 
 // TestStartPutGetRestart: the real gateway stores an object, survives a

@@ -32,6 +32,7 @@ Commands:
   agent      capture (or synthesize) flows, attribute them, publish batches to NATS
   collector  consume batches from NATS and write hourly-partitioned Parquet
   report     bytes and packets by tenant, zone, server, LB… over a time range (table, CSV, JSON)
+  audit      check conservation per node, tap, direction and hour: Σ flow bytes = meter bytes − loss (directory or s3://)
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
   spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
   dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
@@ -63,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(cmd, rest, stderr)
 	case "report":
 		return reportCmd(rest, stdout, stderr)
+	case "audit":
+		return auditCmd(rest, stdout, stderr)
 	case "inventory":
 		return inventoryCmd(rest, stdout, stderr)
 	case "lab":

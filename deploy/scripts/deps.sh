@@ -18,6 +18,8 @@ command -v keepalived >/dev/null || need+=(keepalived)
 # the JavaScript example subscriber (examples/js-subscriber, run by test-go)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# the terminal test of tapflow top (renders under a real tmux pane)
+command -v tmux >/dev/null || need+=(tmux)
 
 if ((${#need[@]} == 0)); then
 	exit 0

@@ -33,6 +33,7 @@ Commands:
   collector  consume batches from NATS and write hourly-partitioned Parquet
   report     bytes and packets by tenant, zone, server, LB… over a time range (table, CSV, JSON)
   audit      check conservation per node, tap, direction and hour: Σ flow bytes = meter bytes − loss (directory or s3://)
+  top        per-stage records/s, queue depth, lag and errors from one or more /metrics endpoints, live
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)
   spool      inspect, verify or repair an agent spool directory (tapflow spool inspect|verify|repair DIR)
   dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
@@ -66,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reportCmd(rest, stdout, stderr)
 	case "audit":
 		return auditCmd(rest, stdout, stderr)
+	case "top":
+		return topCmd(rest, stdout, stderr)
 	case "inventory":
 		return inventoryCmd(rest, stdout, stderr)
 	case "lab":

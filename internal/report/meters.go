@@ -55,7 +55,7 @@ func ParseMeterBy(s string) ([]string, error) {
 
 // MeterRow is one group of a meters report.
 type MeterRow struct {
-	Keys                                                     []string
+	Keys                                                    []string
 	Records, Packets, Bytes, LostPackets, LostBytes, Failed int64
 }
 

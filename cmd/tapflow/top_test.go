@@ -84,13 +84,14 @@ func startPipeline(t *testing.T) string {
 
 // stageRow matches a rendered row of a pipeline stage with its IN/s and
 // OUT/s columns.
-var stageRow = regexp.MustCompile(`(?m)^\s*\S+\s+(agent|collector)\s+(\S+)\s+([0-9.]+[kM]?)\s+([0-9.]+[kM]?)\s`)
+var stageRow = regexp.MustCompile(`(?m)^\s*\S+\s+(agent|collector)\s+(\S+|source \(synthetic\))\s+([0-9.]+[kM]?)\s+([0-9.]+[kM]?)\s`)
 
 // TestTopUnderTmux draws `tapflow top` in a real terminal (a tmux pane,
 // 160×40) against a running pipeline and a second endpoint that is down,
 // then reads the screen back (capture-pane): every stage of the agent and
 // the collector is a row, the records flow (non-zero in/s and out/s on
-// enrich, the publisher and the Parquet sink), and the dead endpoint is
+// enrich, the publisher and the Parquet sink, non-zero out/s on the
+// source), and the dead endpoint is
 // shown as DOWN while the live one keeps updating.
 func TestTopUnderTmux(t *testing.T) {
 	tmux, err := exec.LookPath("tmux")
@@ -114,7 +115,7 @@ func TestTopUnderTmux(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = tm("kill-server") })
 
-	want := map[string]bool{"enrich": false, "publish": false, "parquet": false}
+	want := map[string]bool{"source (synthetic)": false, "enrich": false, "publish": false, "parquet": false}
 	var screen string
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -123,11 +124,11 @@ func TestTopUnderTmux(t *testing.T) {
 			t.Fatalf("capture-pane: %v\n%s", err, screen)
 		}
 		for _, m := range stageRow.FindAllStringSubmatch(screen, -1) {
-			if _, ok := want[m[2]]; ok && m[3] != "0" && m[4] != "0" {
+			if _, ok := want[m[2]]; ok && m[4] != "0" && (m[3] != "0" || m[2] == "source (synthetic)") {
 				want[m[2]] = true
 			}
 		}
-		if want["enrich"] && want["publish"] && want["parquet"] && strings.Contains(screen, "DOWN "+dead) {
+		if want["source (synthetic)"] && want["enrich"] && want["publish"] && want["parquet"] && strings.Contains(screen, "DOWN "+dead) {
 			t.Logf("tapflow top under tmux (160x40):\n%s", screen)
 			return
 		}

@@ -16,6 +16,9 @@
 //	errors    tapflow_stage_errors_total (and its rate)
 //	queue     tapflow_edge_queue_batches (batches waiting on the edge into the stage)
 //	lag       tapflow_stage_oldest_pending_seconds (oldest batch the sink has not acked)
+//
+// The source has no stage series: its row's out/s is the rate of
+// tapflow_synthetic_records_total or tapflow_capture_records_total.
 package top
 
 import (
@@ -164,6 +167,30 @@ func Compute(prev, cur []*Sample) View {
 		for _, m := range metrics(s, "tapflow_stage_oldest_pending_seconds") {
 			row(m).Lag = value(m)
 		}
+		// The source stage has no stage series of its own: its output is
+		// the records it generated or captured.
+		for _, src := range []struct{ name, stage string }{
+			{"tapflow_synthetic_records_total", "source (synthetic)"},
+			{"tapflow_capture_records_total", "source (ebpf)"},
+		} {
+			ms := metrics(s, src.name)
+			if len(ms) == 0 {
+				continue
+			}
+			r := &Row{StageKey: StageKey{Endpoint: s.Endpoint, Pipeline: "agent", Stage: src.stage}, Lag: math.NaN()}
+			if p != nil && dt > 0 {
+				var d float64
+				for _, m := range ms {
+					x := value(m) - find(p, src.name, m)
+					if x < 0 {
+						x = value(m)
+					}
+					d += x
+				}
+				r.Out = d / dt
+			}
+			rows[r.StageKey] = r
+		}
 		for _, r := range rows {
 			v.Rows = append(v.Rows, *r)
 		}
@@ -177,7 +204,7 @@ func Compute(prev, cur []*Sample) View {
 
 // order puts the stages of a pipeline in flow order.
 func order(stage string) int {
-	for i, s := range []string{"synthetic", "ebpf", "ebpf-meters", "consume", "enrich", "publish", "parquet"} {
+	for i, s := range []string{"source", "synthetic", "ebpf", "ebpf-meters", "consume", "enrich", "publish", "parquet"} {
 		if strings.HasPrefix(stage, s) {
 			return i
 		}

@@ -67,11 +67,12 @@ lab-down: build ## Remove every namespace lab left behind (also after a crash).
 test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of make test).
 	$(GO) test -race -count=1 -timeout 15m -v -run 'TestScenarios|TestFailedUpLeavesNothing|TestDownAfterCrash|TestPreflightMissingPackages' ./lab/
 
-bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, inventory snapshots at 100k ports and 1,000 agents, eBPF (root).
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, eBPF (root).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/
 	$(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/
 	$(GO) test -run '^$$' -bench 'Fleet|1000Agents' -benchmem -timeout 40m ./enrich/provider/natsinv/
 	$(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/
+	$(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/
 	@if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench . -benchmem ./bpf/...; else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 
 lint: ## gofmt, go vet and the generated-code check.

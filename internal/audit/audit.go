@@ -115,29 +115,6 @@ func (r *Result) OK() bool { return len(r.Mismatches) == 0 }
 // ErrNoMeters is returned when the output holds no meter.v1 files.
 var ErrNoMeters = errors.New("no meter.v1 files under meters/: the audit needs meters, which agents with source: ebpf write (synthetic sources have none)")
 
-// flowRow and meterRow are the columns the audit reads.
-type flowRow struct {
-	TimeStart int64  `parquet:"time_start"`
-	TimeEnd   int64  `parquet:"time_end"`
-	Node      string `parquet:"node"`
-	Ifname    string `parquet:"ifname"`
-	Direction string `parquet:"direction"`
-	Packets   int64  `parquet:"packets"`
-	Bytes     int64  `parquet:"bytes"`
-}
-
-type meterRow struct {
-	TimeStart   int64  `parquet:"time_start"`
-	TimeEnd     int64  `parquet:"time_end"`
-	Node        string `parquet:"node"`
-	Ifname      string `parquet:"ifname"`
-	Direction   string `parquet:"direction"`
-	Packets     int64  `parquet:"packets"`
-	Bytes       int64  `parquet:"bytes"`
-	LostPackets int64  `parquet:"lost_packets"`
-	LostBytes   int64  `parquet:"lost_bytes"`
-}
-
 const hourUS = int64(time.Hour / time.Microsecond)
 
 // Checker accumulates records and checks them (Run feeds it from an
@@ -357,7 +334,7 @@ func Run(ctx context.Context, out *dataset.Output, opts Options) (*Result, error
 		if !c.wants(f) {
 			continue
 		}
-		n, err := readFile(ctx, out, f, schemas.MeterSchemaName, func(r *meterRow) {
+		n, err := readFile(ctx, out, f, schemas.MeterSchemaName, func(r *schemas.Meter) {
 			c.AddMeter(Key{r.Node, r.Ifname, r.Direction}, r.TimeStart, r.TimeEnd, Counts{r.Bytes, r.Packets}, Counts{r.LostBytes, r.LostPackets})
 		})
 		if err != nil {
@@ -370,7 +347,7 @@ func Run(ctx context.Context, out *dataset.Output, opts Options) (*Result, error
 		if !c.wants(f) {
 			continue
 		}
-		n, err := readFile(ctx, out, f, schemas.SchemaName, func(r *flowRow) {
+		n, err := readFile(ctx, out, f, schemas.SchemaName, func(r *schemas.Flow) {
 			c.AddFlow(Key{r.Node, r.Ifname, r.Direction}, r.TimeStart, r.TimeEnd, r.Bytes, r.Packets)
 		})
 		if err != nil {
@@ -395,7 +372,9 @@ func (c *Checker) wants(f dataset.File) bool {
 	return h >= c.from-1 && h <= c.to
 }
 
-// readFile streams the rows of one file to add, a row group at a time.
+// readFile streams the rows of one file to add, 4096 at a time. Rows are
+// decoded whole into the schema's struct: parquet-go reconstructs them
+// faster than it converts to a struct of the few columns needed.
 func readFile[T any](ctx context.Context, out *dataset.Output, f dataset.File, schema string, add func(*T)) (int64, error) {
 	rd, err := out.Open(ctx, f)
 	if err != nil {

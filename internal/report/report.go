@@ -37,6 +37,10 @@ type Options struct {
 	// Names, when set, adds the names of projects, servers, ports and load
 	// balancers next to their IDs; used by Run.
 	Names *Names
+
+	// Dims, when set, replaces By with these dimensions as given (other
+	// packages' own time buckets: internal/audit); at most 14.
+	Dims []Dimension
 }
 
 // Dimension is a flow.v1 column the report can group by.
@@ -48,15 +52,21 @@ type Dimension struct {
 	// (with --names), "" when the inventory names no such object.
 	NameField string
 	// Bucket, when set, makes this a time dimension: time_end (UTC) cut
-	// into buckets of this length (day, hour), shown as Layout.
+	// into buckets of this length (day, hour), shown as Layout (or as the
+	// bucket number since the epoch when Layout is empty).
 	Bucket time.Duration
 	Layout string
+	// Time and Offset (time dimensions of Options.Dims only): the
+	// timestamp column bucketed (default time_end), shifted by Offset
+	// first.
+	Time   string
+	Offset time.Duration
 }
 
 // source is the flow.v1 column a dimension reads.
 func (d Dimension) source() string {
 	if d.Bucket > 0 {
-		return "time_end"
+		return cmp.Or(d.Time, "time_end")
 	}
 	return d.Column
 }
@@ -150,7 +160,10 @@ func (o *Options) Validate() error {
 	if len(by) == 0 {
 		by = DefaultBy
 	}
-	if _, err := ParseBy(strings.Join(by, ",")); err != nil {
+	if len(o.Dims) > maxDims {
+		return fmt.Errorf("%d dimensions; at most %d", len(o.Dims), maxDims)
+	}
+	if _, err := ParseBy(strings.Join(by, ",")); err != nil && len(o.Dims) == 0 {
 		return err
 	}
 	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
@@ -378,8 +391,14 @@ func newQuery(o Options) *query {
 	}
 	add("packets", true)
 	add("bytes", true)
-	for _, name := range by {
-		d, _ := LookupDimension(name)
+	dims := o.Dims
+	if len(dims) == 0 {
+		for _, name := range by {
+			d, _ := LookupDimension(name)
+			dims = append(dims, d)
+		}
+	}
+	for _, d := range dims {
 		q.dims = append(q.dims, d)
 		q.keyCols = append(q.keyCols, add(d.source(), d.Int || d.Bucket > 0))
 	}
@@ -425,7 +444,9 @@ func (q *query) rows() []Row {
 		keys := make([]string, len(q.dims))
 		for d, c := range q.keyCols {
 			id := q.keys[i][d]
-			if b := q.dims[d].Bucket; b > 0 {
+			if b := q.dims[d].Bucket; b > 0 && q.dims[d].Layout == "" {
+				keys[d] = strconv.FormatUint(uint64(id), 10)
+			} else if b > 0 {
 				keys[d] = time.UnixMicro(int64(id) * b.Microseconds()).UTC().Format(q.dims[d].Layout)
 			} else if q.dims[d].Int {
 				keys[d] = strconv.FormatInt(int64(int32(id)), 10)
@@ -602,8 +623,9 @@ func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err 
 				if r.buckets[d] == nil {
 					r.buckets[d] = make([]uint32, batchRows)
 				}
+				off := q.dims[d].Offset.Microseconds()
 				for j, us := range r.curs[c].i64[:want] {
-					r.buckets[d][j] = uint32(max(0, us/b)) // hours since 1970 fit until the year 491 000
+					r.buckets[d][j] = uint32(max(0, (us+off)/b)) // hours since 1970 fit until the year 491 000
 				}
 				keySrc[d] = r.buckets[d][:want]
 				continue

@@ -163,6 +163,7 @@ func TestAuditCLI(t *testing.T) {
 		{"every hour", []string{"audit", "--data", dir, "--settle", "0", "--all"}, exitOK, "cmp2  tap201-aa  rx   2026-12-02T00Z"},
 		{"one day", []string{"audit", "--data", dir, "--from", "2026-12-01", "--to", "2026-12-02"}, exitOK, "8 node×tap×direction keys, 16 key-hours"},
 		{"no meters", []string{"audit", "--data", noMeters, "--settle", "0"}, exitRuntime, "source: ebpf"},
+		{"nothing in range", []string{"audit", "--data", dir, "--from", "2026-11-01", "--to", "2026-11-02"}, exitOK, "nothing checked"},
 		{"no data", []string{"audit"}, exitUsage, "--data is required"},
 		{"bad time", []string{"audit", "--data", dir, "--from", "yesterday"}, exitUsage, "is not a time"},
 		{"settled nothing", []string{"audit", "--data", dir, "--from", "2099-01-01"}, exitUsage, "is not before --to"},

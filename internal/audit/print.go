@@ -29,6 +29,9 @@ func (r *Result) Print(w io.Writer, all bool) error {
 	for _, m := range r.Mismatches {
 		fmt.Fprintln(w, "MISMATCH", m)
 	}
+	if len(r.Hours) == 0 {
+		fmt.Fprintln(w, "nothing checked: no flow or meter record in the range (without --to, the hours ending after now − --settle are left out; --settle 0 includes them)")
+	}
 	verdict := "OK: conserved"
 	if !r.OK() {
 		verdict = fmt.Sprintf("FAILED: %d mismatches", len(r.Mismatches))

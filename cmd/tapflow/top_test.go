@@ -84,12 +84,12 @@ func startPipeline(t *testing.T) string {
 
 // stageRow matches a rendered row of a pipeline stage with its IN/s and
 // OUT/s columns.
-var stageRow = regexp.MustCompile(`(?m)^\s*\S+\s+(agent|collector)\s+(\S+|source \(synthetic\))\s+([0-9.]+[kM]?)\s+([0-9.]+[kM]?)\s`)
+var stageRow = regexp.MustCompile(`(?m)^\s*(\S+)\s+(agent|collector)\s+(\S+|source \(synthetic\))\s+([0-9.]+[kM]?)\s+([0-9.]+[kM]?)\s`)
 
 // TestTopUnderTmux draws `tapflow top` in a real terminal (a tmux pane,
-// 160×40) against a running pipeline and a second endpoint that is down,
+// 160×40) against two running pipelines and a third endpoint that is down,
 // then reads the screen back (capture-pane): every stage of the agent and
-// the collector is a row, the records flow (non-zero in/s and out/s on
+// the collector of both is a row, the records flow (non-zero in/s and out/s on
 // enrich, the publisher and the Parquet sink, non-zero out/s on the
 // source), and the dead endpoint is
 // shown as DOWN while the live one keeps updating.
@@ -98,7 +98,7 @@ func TestTopUnderTmux(t *testing.T) {
 	if err != nil {
 		t.Fatal("tmux is missing: install it (deploy/scripts/deps.sh installs Debian's tmux)")
 	}
-	url := startPipeline(t)
+	url, url2 := startPipeline(t), startPipeline(t)
 	dead := deadURL(t)
 	sock := fmt.Sprintf("tapflow-top-%d", os.Getpid())
 	tm := func(args ...string) (string, error) {
@@ -109,13 +109,18 @@ func TestTopUnderTmux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := fmt.Sprintf("env TAPFLOW_TEST_MAIN=1 %s top --metrics %s,%s --interval 1s; sleep 60", self, url, dead)
+	cmd := fmt.Sprintf("env TAPFLOW_TEST_MAIN=1 %s top --metrics %s,%s,%s --interval 1s; sleep 60", self, url, url2, dead)
 	if out, err := tm("new-session", "-d", "-x", "160", "-y", "40", "-s", "top", cmd); err != nil {
 		t.Fatalf("tmux new-session: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { _, _ = tm("kill-server") })
 
-	want := map[string]bool{"source (synthetic)": false, "enrich": false, "publish": false, "parquet": false}
+	want := map[string]bool{}
+	for _, u := range []string{url, url2} {
+		for _, st := range []string{"source (synthetic)", "enrich", "publish", "parquet"} {
+			want[strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics")+" "+st] = false
+		}
+	}
 	var screen string
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -124,11 +129,16 @@ func TestTopUnderTmux(t *testing.T) {
 			t.Fatalf("capture-pane: %v\n%s", err, screen)
 		}
 		for _, m := range stageRow.FindAllStringSubmatch(screen, -1) {
-			if _, ok := want[m[2]]; ok && m[4] != "0" && (m[3] != "0" || m[2] == "source (synthetic)") {
-				want[m[2]] = true
+			k := m[1] + " " + m[3]
+			if _, ok := want[k]; ok && m[5] != "0" && (m[4] != "0" || m[3] == "source (synthetic)") {
+				want[k] = true
 			}
 		}
-		if want["source (synthetic)"] && want["enrich"] && want["publish"] && want["parquet"] && strings.Contains(screen, "DOWN "+dead) {
+		all := true
+		for _, ok := range want {
+			all = all && ok
+		}
+		if all && strings.Contains(screen, "DOWN "+dead) {
 			t.Logf("tapflow top under tmux (160x40):\n%s", screen)
 			return
 		}

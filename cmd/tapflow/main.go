@@ -28,7 +28,7 @@ Commands:
   run        agent + collector + embedded NATS in one process (the default deployment)
   agent      capture (or synthesize) flows, attribute them, publish batches to NATS
   collector  consume batches from NATS and write hourly-partitioned Parquet
-  report     bytes and packets by tenant, zone, server, LB… over a time range (table, CSV, JSON)
+  report     bytes and packets by day, hour, tenant, zone, server, LB… over a time range, from a directory or s3://; --meters: kernel meters
   audit      check conservation per node, tap, direction and hour: Σ flow bytes = meter bytes − loss (directory or s3://)
   top        per-stage records/s, queue depth, lag and errors from one or more /metrics endpoints, live
   lab        a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)

@@ -23,9 +23,9 @@
 // rows make the running difference exceed the carry at that hour, and the
 // mismatch names the node, tap, direction and hour and the difference.
 //
-// The check is the one the lab runs on its runs (lab.CheckConservation:
-// whole run per tap and direction); docs/queries.md has the same check as a
-// DuckDB query.
+// The lab runs it on every scenario (lab.RunConservation, next to its
+// whole-run check per tap and direction); docs/queries.md has the same
+// check as a DuckDB query (the compat module runs it on the same data).
 package audit
 
 import (

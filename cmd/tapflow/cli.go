@@ -103,6 +103,22 @@ type cfgFlags struct {
 	required bool // --config must be given
 
 	dataDir, natsURL, node, output string
+
+	// --log-level, --log-format, --metrics-listen: bound by the commands
+	// that log or serve metrics (bindObs).
+	logLevel, logFormat, metricsListen string
+	fs                                 *pflag.FlagSet // to tell --metrics-listen "" from unset
+}
+
+// bindObs adds --log-level and --log-format, and --metrics-listen when
+// the command serves /metrics.
+func (f *cfgFlags) bindObs(fs *pflag.FlagSet, metrics bool) {
+	f.fs = fs
+	fs.StringVar(&f.logLevel, "log-level", "", "override log.level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "", "override log.format: json or text")
+	if metrics {
+		fs.StringVar(&f.metricsListen, "metrics-listen", "", `override metrics.listen: host:port of /metrics and /healthz ("" disables)`)
+	}
 }
 
 // bindConfig adds --config with a command-specific description.
@@ -135,11 +151,23 @@ func (f *cfgFlags) load() (config.Config, error) {
 	if err := transport.CheckFlagURL(f.natsURL); err != nil {
 		return config.Config{}, usageErr("--nats-url: %v", err)
 	}
+	if f.logLevel != "" && !contains(config.LogLevels, f.logLevel) {
+		return config.Config{}, usageErr("--log-level %q: use %s", f.logLevel, strings.Join(config.LogLevels, ", "))
+	}
+	if f.logFormat != "" && !contains(config.LogFormats, f.logFormat) {
+		return config.Config{}, usageErr("--log-format %q: use %s", f.logFormat, strings.Join(config.LogFormats, " or "))
+	}
+	metricsSet := f.fs != nil && f.fs.Changed("metrics-listen")
 	cfg, err := loadConfig(f.path, func(c *config.Config) {
 		set(&c.DataDir, f.dataDir)
 		set(&c.NATS.URL, f.natsURL)
 		set(&c.Node, f.node)
 		set(&c.Collector.Parquet.Output, f.output)
+		set(&c.Log.Level, f.logLevel)
+		set(&c.Log.Format, f.logFormat)
+		if metricsSet {
+			c.Metrics.Listen = f.metricsListen
+		}
 	})
 	if err != nil {
 		return cfg, usageErr("invalid config:\n%s", indent(err))

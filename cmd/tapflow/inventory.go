@@ -58,6 +58,7 @@ the others stand by. docs/inventory-service.md.`,
 		},
 	}
 	cf.bindConfig(cmd.Flags(), "read the config from `FILE`: inventory.* chooses the provider (openstack or file), nats.* the bus (required)")
+	cf.bindObs(cmd.Flags(), true)
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0 = until SIGINT/SIGTERM)")
 	return cmd
 }
@@ -133,5 +134,6 @@ replayed with inventory.provider: file. Secrets are never printed.`,
 		},
 	}
 	cf.bindConfig(cmd.Flags(), "the config `FILE` whose inventory section names the provider (required)")
+	cf.bindObs(cmd.Flags(), false)
 	return cmd
 }

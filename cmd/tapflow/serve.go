@@ -73,6 +73,7 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 		if writesOutput {
 			cf.bindOutput(fs)
 		}
+		cf.bindObs(fs, true)
 		fs.DurationVar(&duration, "duration", 0, "stop gracefully after this long (e.g. 20s; 0 = until SIGINT/SIGTERM)")
 		return cmd
 	}

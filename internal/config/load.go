@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,14 +136,10 @@ func (c Config) Validate() error {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)
 		}
 	}
-	switch c.Log.Format {
-	case "json", "text":
-	default:
+	if !slices.Contains(LogFormats, c.Log.Format) {
 		e.Add("log.format", fmt.Sprintf("%q: unknown", c.Log.Format), "use json or text")
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
+	if !slices.Contains(LogLevels, c.Log.Level) {
 		e.Add("log.level", fmt.Sprintf("%q: unknown", c.Log.Level), "use debug, info, warn or error")
 	}
 	return e.Err()

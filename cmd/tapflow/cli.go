@@ -191,13 +191,7 @@ func loadConfig(path string, override func(*config.Config)) (config.Config, erro
 			return config.Config{}, fmt.Errorf("read config: %w", err)
 		}
 	}
-	cfg, err := config.Decode(data)
-	if err != nil {
-		return cfg, err
-	}
-	override(&cfg)
-	cfg.Resolve()
-	return cfg, cfg.Validate()
+	return config.ParseWith(data, override)
 }
 
 // natsTarget is the NATS a client command (tap, dlq) connects to:

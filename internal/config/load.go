@@ -33,27 +33,89 @@ func Load(path string) (Config, error) {
 }
 
 // Parse is Load on bytes.
-func Parse(data []byte) (Config, error) {
-	cfg, err := Decode(data)
+func Parse(data []byte) (Config, error) { return ParseWith(data, nil) }
+
+// ParseWith is Parse with override (command-line flags) applied after
+// decoding and before resolving and validating. ${NAME} and
+// ${NAME:-default} are expanded from the environment first. Problems of
+// every kind are listed together: unset variables, values of the wrong
+// type (the field keeps its default, and the checks of that field are
+// left out) and invalid values. No value that came from the environment
+// is shown in them.
+func ParseWith(data []byte, override func(*Config)) (Config, error) {
+	exp, envErr := expandEnv(data, os.LookupEnv)
+	cfg, typeErr, err := decode(exp.data, exp.hideYAMLValue)
 	if err != nil {
-		return cfg, err
+		return cfg, exp.redact(errors.Join(envErr, err))
+	}
+	if override != nil {
+		override(&cfg)
 	}
 	cfg.Resolve()
-	return cfg, cfg.Validate()
+	var e units.Errors
+	e.Merge("", envErr)
+	e.Merge("", typeErr)
+	bad := problemPaths(envErr, typeErr)
+	for _, one := range unwrapAll(cfg.Validate()) {
+		var fe *units.FieldError
+		if errors.As(one, &fe) && bad[fe.Path] {
+			continue
+		}
+		e.Merge("", one)
+	}
+	return cfg, exp.redact(e.Err())
 }
 
-// Decode reads data over the defaults without resolving or validating,
-// so the caller can apply overrides (command-line flags) first.
+// Decode reads data over the defaults (after ${NAME} expansion) without
+// resolving or validating.
 func Decode(data []byte) (Config, error) {
-	cfg := Default()
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
-			return cfg, yamlErrors(data, err)
+	exp, envErr := expandEnv(data, os.LookupEnv)
+	cfg, typeErr, err := decode(exp.data, exp.hideYAMLValue)
+	return cfg, exp.redact(errors.Join(envErr, typeErr, err))
+}
+
+// decode reads data over the defaults. typeErrs are values yaml could not
+// store (unknown keys, wrong types): decoding goes on past them, so they
+// are listed with the rest. err is a document that is not YAML at all.
+// hide rewrites the decoder's message about a line (see hideYAMLValue).
+func decode(data []byte, hide func(line int, msg string) string) (cfg Config, typeErrs, err error) {
+	cfg = Default()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return cfg, nil, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	derr := dec.Decode(&cfg)
+	if derr == nil {
+		return cfg, nil, nil
+	}
+	var te *yaml.TypeError
+	if !errors.As(derr, &te) {
+		msg := derr.Error()
+		if m := yamlLineRE.FindStringSubmatch(strings.TrimPrefix(msg, "yaml: ")); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			msg = hide(line, msg)
+		}
+		return cfg, nil, fmt.Errorf("config is not valid YAML: %s", msg)
+	}
+	return cfg, yamlErrors(data, te, hide), nil
+}
+
+// problemPaths are the fields an error list is about.
+func problemPaths(errs ...error) map[string]bool {
+	out := map[string]bool{}
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, one := range unwrapAll(err) {
+			var fe *units.FieldError
+			if errors.As(one, &fe) {
+				out[fe.Path] = true
+			}
 		}
 	}
-	return cfg, nil
+	return out
 }
 
 // Resolve fills the values derived from others (agent id from node,
@@ -194,11 +256,7 @@ var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type`)
 
 // yamlErrors turns yaml.v3's errors ("line 7: cannot unmarshal ...") into
 // FieldErrors with the dotted path of the key on that line.
-func yamlErrors(data []byte, err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return fmt.Errorf("config is not valid YAML: %w", err)
-	}
+func yamlErrors(data []byte, te *yaml.TypeError, hide func(int, string) string) error {
 	paths := yamlpath.ByLine(data)
 	var e units.Errors
 	for _, msg := range te.Errors {
@@ -208,7 +266,7 @@ func yamlErrors(data []byte, err error) error {
 			continue
 		}
 		line, _ := strconv.Atoi(m[1])
-		path, problem := paths[line], m[2]
+		path, problem := paths[line], hide(line, m[2])
 		if path == "" {
 			path = "line " + m[1]
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/config"
 )
@@ -21,6 +22,10 @@ func newValidateCmd() *cobra.Command {
 		Long: `Check a config file without running anything. Lists every bad field with its
 path and the fix; exit code 2 when there is any. ${NAME} references are
 expanded from the environment as at start-up; their values are never shown.
+URLs are checked (nats.url, collector.s3.endpoint, inventory.openstack.noauth.*)
+and, with inventory.provider: openstack, the credentials start-up would use
+are resolved (clouds.yaml entry or OS_* variables of this environment,
+auth_url included) without contacting Keystone.
 
 --inventory checks a static inventory file (inventory.provider: file, the
 format of docs/inventory.md and of tapflow inventory dump) with the
@@ -41,7 +46,14 @@ the file loads, but those objects are skipped or resolved by a safe rule.`,
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			code := exitOK
 			if len(args) == 1 {
-				if _, err := config.Load(args[0]); err != nil {
+				cfg, err := config.Load(args[0])
+				if err == nil && cfg.Inventory.Provider == "openstack" {
+					// What start-up would read: clouds.yaml or OS_*.
+					if aerr := openstack.CheckAuth(cfg.Inventory.OpenStackConfig()); aerr != nil {
+						err = fmt.Errorf("inventory.openstack: %w", aerr)
+					}
+				}
+				if err != nil {
 					fmt.Fprintf(stderr, "%s: invalid:\n%s\n", args[0], indent(err))
 					code = exitUsage
 				} else {

@@ -77,3 +77,63 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateOpenStackAuth: with inventory.provider: openstack, validate
+// resolves the credentials start-up would use and checks auth_url,
+// without contacting Keystone and without printing the password.
+func TestValidateOpenStackAuth(t *testing.T) {
+	dir := t.TempDir()
+	for _, k := range []string{"OS_CLOUD", "OS_AUTH_URL", "OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME", "OS_CLIENT_CONFIG_FILE"} {
+		t.Setenv(k, "")
+	}
+	clouds := filepath.Join(dir, "clouds.yaml")
+	if err := os.WriteFile(clouds, []byte(`clouds:
+  noscheme:
+    auth: {auth_url: "keystone.example:5000/v3", username: u, password: pw-s3cr3t, project_name: p}
+  badport:
+    auth: {auth_url: "https://keystone.example:99999/v3", username: u, password: pw-s3cr3t, project_name: p}
+  good:
+    auth: {auth_url: "https://keystone.example:5000/v3", username: u, password: pw-s3cr3t, project_name: p}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(name, openstack string) string {
+		p := filepath.Join(dir, name+".yaml")
+		body := "node: a\ninventory:\n  provider: openstack\n  openstack:\n" + openstack
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, section string
+		env           map[string]string
+		code          int
+		want          string
+	}{
+		{"clouds.yaml ok", "    cloud: good\n    clouds_file: " + clouds + "\n", nil, exitOK, "ok"},
+		{"auth_url without scheme", "    cloud: noscheme\n    clouds_file: " + clouds + "\n", nil, exitUsage, `auth_url "keystone.example:5000/v3": scheme`},
+		{"auth_url bad port", "    cloud: badport\n    clouds_file: " + clouds + "\n", nil, exitUsage, "port 99999 is not 1..65535"},
+		{"no such entry", "    cloud: nope\n    clouds_file: " + clouds + "\n", nil, exitUsage, `clouds.yaml entry "nope"`},
+		{"OS_AUTH_URL ftp", "    interface: public\n", map[string]string{"OS_AUTH_URL": "ftp://keystone.example/v3", "OS_USERNAME": "u", "OS_PASSWORD": "pw-s3cr3t", "OS_PROJECT_NAME": "p"},
+			exitUsage, `OS_* environment: auth_url "ftp://keystone.example/v3": scheme "ftp", want http or https`},
+		{"no credentials at all", "    interface: public\n", nil, exitUsage, "OS_CLOUD, inventory.openstack.cloud and OS_AUTH_URL are all unset"},
+		{"noauth URL", "    noauth:\n      neutron: 127.0.0.1:9696\n", nil, exitUsage, "inventory.openstack.noauth.neutron:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			if code := run([]string{"validate", cfg(strings.ReplaceAll(tc.name, " ", "-"), tc.section)}, &out, &errb); code != tc.code {
+				t.Fatalf("exit %d, want %d: %s%s", code, tc.code, out.String(), errb.String())
+			}
+			if !strings.Contains(out.String()+errb.String(), tc.want) {
+				t.Fatalf("output lacks %q:\n%s%s", tc.want, out.String(), errb.String())
+			}
+			if strings.Contains(out.String()+errb.String(), "pw-s3cr3t") {
+				t.Fatalf("password printed")
+			}
+		})
+	}
+}

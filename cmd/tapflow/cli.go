@@ -85,7 +85,12 @@ func group(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
 			_ = c.Help()
 			return &exitError{code: exitUsage}
 		}
-		return usageHint("unknown command %q; use %s", args[0], strings.Join(names, "|"))
+		hint := ""
+		c.SuggestionsMinimumDistance = 2 // cobra's default for the root
+		if sug := c.SuggestionsFor(args[0]); len(sug) > 0 {
+			hint = " (did you mean " + strings.Join(sug, " or ") + "?)"
+		}
+		return usageHint("unknown command %q%s; use %s", args[0], hint, strings.Join(names, "|"))
 	}
 	return cmd
 }

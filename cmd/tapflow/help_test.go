@@ -88,6 +88,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inventory", "list"}, []string{`unknown command "list"; use confirm|dump|serve`}},
 		{[]string{"lab"}, []string{"tapflow lab <command>"}},
 		{[]string{"lab", "fly"}, []string{`unknown command "fly"`}},
+		{[]string{"spool", "inpsect", "d"}, []string{`unknown command "inpsect" (did you mean inspect?)`}},
+		{[]string{"reprot"}, []string{`unknown command "reprot" for "tapflow"`, "Did you mean this?\n\treport"}},
 		{[]string{"lab", "up"}, []string{"give one topology"}},
 		{[]string{"lab", "inventory", "add"}, []string{"give add|remove SERVER"}},
 		{[]string{"version", "extra"}, []string{`unexpected argument "extra"`}},

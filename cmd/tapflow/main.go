@@ -74,12 +74,9 @@ func newRoot() *cobra.Command {
 		Short:   "per-tenant, byte-exact flow records for OpenStack clouds",
 		Long:    rootLong,
 		Version: version.Version,
-		Args:    cobra.ArbitraryArgs,
-		// tapflow alone: the help, on stderr, and exit 2.
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageHint("unknown command %q", args[0])
-			}
+		// tapflow alone: the help, on stderr, and exit 2. (An unknown
+		// command is cobra's error, with suggestions.)
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(cmd.ErrOrStderr())
 			_ = cmd.Help()
 			return &exitError{code: exitUsage}

@@ -27,12 +27,13 @@ and, with inventory.provider: openstack, the credentials start-up would use
 are resolved (clouds.yaml entry or OS_* variables of this environment,
 auth_url included) without contacting Keystone.
 
---inventory checks a static inventory file (inventory.provider: file, the
-format of docs/inventory.md and of tapflow inventory dump) with the
-provider's own loader: every collection, object and field that does not
-parse is listed (exit 2). Objects the attribution index cannot use
-(duplicate MACs, unknown networks, bad CIDRs, …) are listed as warnings:
-the file loads, but those objects are skipped or resolved by a safe rule.`,
+--inventory checks a static inventory file (the format of docs/inventory.md
+and of tapflow inventory dump) with the loader of inventory.provider: file;
+without --inventory, the inventory.file a config with that provider names
+is checked. Every collection, object and field that does not parse is
+listed (exit 2). Objects the attribution index cannot use (duplicate MACs,
+unknown networks, bad CIDRs, …) are listed as warnings: the file loads,
+but those objects are skipped or resolved by a safe rule.`,
 		Example: `  tapflow validate /etc/tapflow/tapflow.yaml
   tapflow validate --inventory /etc/tapflow/inventory.yaml
   tapflow validate /etc/tapflow/tapflow.yaml --inventory /etc/tapflow/inventory.yaml`,
@@ -58,6 +59,9 @@ the file loads, but those objects are skipped or resolved by a safe rule.`,
 					code = exitUsage
 				} else {
 					fmt.Fprintf(stdout, "%s: ok\n", args[0])
+					if invPath == "" && cfg.Inventory.Provider == "file" {
+						invPath = cfg.Inventory.File // the file the agent would load
+					}
 				}
 			}
 			if invPath != "" && !validateInventory(invPath, stdout, stderr) {

@@ -119,10 +119,10 @@ type cfgFlags struct {
 // the command serves /metrics.
 func (f *cfgFlags) bindObs(fs *pflag.FlagSet, metrics bool) {
 	f.fs = fs
-	fs.StringVar(&f.logLevel, "log-level", "", "override log.level: debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "", "override log.format: json or text")
+	fs.StringVar(&f.logLevel, "log-level", "", "override log.level with `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "", "override log.format with `FORMAT`: json or text")
 	if metrics {
-		fs.StringVar(&f.metricsListen, "metrics-listen", "", `override metrics.listen: host:port of /metrics and /healthz ("" disables)`)
+		fs.StringVar(&f.metricsListen, "metrics-listen", "", "override metrics.listen with `HOST:PORT`, the address of /metrics and /healthz (\"\" disables)")
 	}
 }
 
@@ -132,7 +132,7 @@ func (f *cfgFlags) bindConfig(fs *pflag.FlagSet, usage string) {
 }
 
 func (f *cfgFlags) bindNATSURL(fs *pflag.FlagSet) {
-	fs.StringVar(&f.natsURL, "nats-url", "", "override nats.url: connect to this NATS (no credentials here: they would show in ps; use nats.user and nats.password_file)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "override nats.url: connect to the NATS at `URL` (no credentials here: they would show in ps; use nats.user and nats.password_file)")
 }
 
 func (f *cfgFlags) bindDataDir(fs *pflag.FlagSet, usage string) {
@@ -144,7 +144,7 @@ func (f *cfgFlags) bindNode(fs *pflag.FlagSet, usage string) {
 }
 
 func (f *cfgFlags) bindOutput(fs *pflag.FlagSet) {
-	fs.StringVar(&f.output, "output", "", "override collector.output: a directory or s3://bucket/prefix (flows/dt=…/hour=…/ below it)")
+	fs.StringVar(&f.output, "output", "", "override collector.output with `DIR` or s3://bucket/prefix (flows/dt=…/hour=…/ below it)")
 }
 
 // load reads --config (or the defaults), applies the overrides, resolves

@@ -67,9 +67,9 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 		}
 		fs := cmd.Flags()
 		cf.bindConfig(fs, "read the config from `FILE` (YAML; see deploy/examples/tapflow.yaml). Without it, defaults apply")
-		cf.bindDataDir(fs, "override data_dir: embedded NATS store, agent state, default Parquet output")
+		cf.bindDataDir(fs, "override data_dir with `DIR`: embedded NATS store, agent state, default Parquet output")
 		cf.bindNATSURL(fs)
-		cf.bindNode(fs, "override node (default: hostname)")
+		cf.bindNode(fs, "override node with `NAME` (default: hostname)")
 		if writesOutput {
 			cf.bindOutput(fs)
 		}

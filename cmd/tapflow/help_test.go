@@ -48,11 +48,7 @@ func TestHelpEverywhere(t *testing.T) {
 		} {
 			t.Run(strings.Join(form, " "), func(t *testing.T) {
 				dir := t.TempDir()
-				wd, _ := os.Getwd()
-				t.Cleanup(func() { _ = os.Chdir(wd) })
-				if err := os.Chdir(dir); err != nil {
-					t.Fatal(err)
-				}
+				t.Chdir(dir)
 				var out, errb bytes.Buffer
 				code := run(form, &out, &errb)
 				if code != exitOK || errb.Len() > 0 {

@@ -104,3 +104,33 @@ func TestEnvValuesNeverShown(t *testing.T) {
 		t.Fatalf("node %q data_dir %q: %v", c.Node, c.DataDir, err)
 	}
 }
+
+// TestDuplicateKeysHideNothing: yaml.v3 skips a mapping that repeats a
+// key; the rest of it is still checked.
+func TestDuplicateKeysHideNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"top level", "node: a\nsource: tape\nnode: b\nlog:\n  level: loud\n", []string{
+			`node: mapping key "node" already defined at line 1; keep one of them`, `source: "tape": unknown source`, `log.level: "loud"`}},
+		{"repeated section", "node: a\nnats:\n  codec: gzip\ncollector:\n  roll_size: 12x\nnats:\n  codec: none\n  ulr: x\n", []string{
+			`nats: mapping key "nats" already defined at line 2`, `nats.codec: "gzip"`, `collector.roll_size: "12x"`}},
+		{"nested", "node: a\nagent:\n  edge_capacity: 0\n  edge_capacity: 5\n  shutdown_timeout: 1ms\n", []string{
+			`agent.edge_capacity: mapping key "edge_capacity" already defined at line 3`, "agent.shutdown_timeout: 1ms: too short"}},
+		{"flow sequence names the key", "node: a\ncollector: [1]\nnats:\n  url: [x, y]\n", []string{"collector: cannot unmarshal !!seq", "nats.url: cannot unmarshal !!seq"}},
+		{"flow mapping", "node: a\nlog: {level: info, level: debug}\n", []string{`mapping key "level" already defined`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}

@@ -98,7 +98,74 @@ func decode(data []byte, hide func(line int, msg string) string) (cfg Config, ty
 		}
 		return cfg, nil, fmt.Errorf("config is not valid YAML: %s", msg)
 	}
+	// yaml.v3 skips a whole mapping that repeats a key, so everything in
+	// it would go unchecked: decode again with the repeats blanked out
+	// (the first occurrence wins) and list both passes' problems.
+	if dup, ok := withoutDuplicateKeys(data); ok {
+		cfg2 := Default()
+		dec := yaml.NewDecoder(bytes.NewReader(dup))
+		dec.KnownFields(true)
+		var te2 *yaml.TypeError
+		if derr := dec.Decode(&cfg2); derr == nil || errors.As(derr, &te2) {
+			msgs := te.Errors
+			if te2 != nil {
+				msgs = append(msgs, te2.Errors...)
+			}
+			return cfg2, yamlErrors(data, &yaml.TypeError{Errors: msgs}, hide), nil
+		}
+	}
 	return cfg, yamlErrors(data, te, hide), nil
+}
+
+// withoutDuplicateKeys blanks the lines of every repeated key of a block
+// mapping and its value (line numbers stay), so the document decodes.
+// ok is false when there is no repeat, or one in a flow mapping ({a: 1,
+// a: 2}: it shares its line with others).
+func withoutDuplicateKeys(data []byte) ([]byte, bool) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return nil, false
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	blanked, ok := false, true
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			seen := map[string]bool{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if !seen[k.Value] {
+					seen[k.Value] = true
+					continue
+				}
+				if n.Style&yaml.FlowStyle != 0 {
+					ok = false
+					return
+				}
+				for l := k.Line; l <= lastLine(n.Content[i+1]) && l <= len(lines); l++ {
+					lines[l-1] = "\n"
+				}
+				blanked = true
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	if !blanked || !ok {
+		return nil, false
+	}
+	return []byte(strings.Join(lines, "")), true
+}
+
+// lastLine is the last line a node's subtree starts a node on.
+func lastLine(n *yaml.Node) int {
+	l := n.Line
+	for _, c := range n.Content {
+		l = max(l, lastLine(c))
+	}
+	return l
 }
 
 // problemPaths are the fields an error list is about.
@@ -272,6 +339,14 @@ func yamlErrors(data []byte, te *yaml.TypeError, hide func(int, string) string) 
 		}
 		if u := unknownFieldRE.FindStringSubmatch(problem); u != nil {
 			e.Add(path, "unknown key "+u[1], "check the spelling; every key is listed in docs/config.md")
+			continue
+		}
+		if strings.Contains(problem, "unmarshal !!seq") {
+			// a flow sequence shares the key's line: name the key
+			path = strings.TrimSuffix(path, "[0]")
+		}
+		if strings.Contains(problem, "already defined at line") {
+			e.Add(path, problem, "keep one of them; the other checks read the first")
 			continue
 		}
 		if i := strings.LastIndex(problem, "; "); i > 0 {

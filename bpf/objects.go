@@ -257,6 +257,12 @@ func Load(s Spec) (*Objects, error) {
 	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
+			if miss := MissingCaps(); len(miss) > 0 {
+				// Without CAP_PERFMON the verifier forbids pointer
+				// arithmetic the programs need ("prohibited for !root"):
+				// name the capability, not just the verifier's last line.
+				return nil, fmt.Errorf("load flow programs: the verifier refused them: %w", permissionError(ve))
+			}
 			return nil, fmt.Errorf("load flow programs: verifier rejected them (kernel %s): %+v", kernelRelease(), ve)
 		}
 		return nil, fmt.Errorf("load flow programs: %w", explain(err))
@@ -582,7 +588,7 @@ func MonotonicCoarse() (uint64, error) {
 func explain(err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("permission denied: tapflow capture needs root or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (running as uid %d): %w", os.Geteuid(), err)
+		return permissionError(err)
 	case errors.Is(err, ebpf.ErrNotSupported):
 		return fmt.Errorf("kernel %s lacks a needed eBPF feature: %w", kernelRelease(), err)
 	}

@@ -92,6 +92,9 @@ func TestPackageInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("ReinstallKeepsConfig", func(t *testing.T) { reinstallKeepsConfig(t, deb, gid) })
+	t.Run("PinDirLayout", func(t *testing.T) { pinDirLayout(t) })
+
 	lab := nslab.New(t)
 	a, b := lab.AddVM(1, true), lab.AddVM(2, true)
 	dir := agentDir(t, uid, gid)
@@ -129,7 +132,11 @@ func TestPackageInstall(t *testing.T) {
 				if !strings.Contains(string(out), "missing "+tc.want) {
 					t.Errorf("agent without %s: the error does not name the missing capability (want %q):\n%s", tc.want, "missing "+tc.want, out)
 				}
-				t.Logf("without %s: %s", tc.want, lastLine(string(out)))
+				for _, line := range strings.Split(string(out), "\n") {
+					if strings.Contains(line, "missing CAP_") {
+						t.Logf("without %s: %s", tc.want, line)
+					}
+				}
 			})
 		}
 	})
@@ -515,4 +522,92 @@ func sendUDP(t *testing.T, a, b *nslab.VM, n int) int64 {
 		t.Fatal("VM b received no datagram from VM a")
 	}
 	return received
+}
+
+// reinstallKeepsConfig installs the package over itself (dpkg's upgrade
+// path: preinst upgrade, conffile handling, postinst) after an operator
+// edit of the config: the edit stays, the modes are as before.
+func reinstallKeepsConfig(t *testing.T, deb string, gid int) {
+	const cfg = "/etc/tapflow/tapflow.yaml"
+	orig, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := append(append([]byte{}, orig...), "# edited by the operator\n"...)
+	if err := os.WriteFile(cfg, edited, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("dpkg", "-i", deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i again: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, edited) {
+		t.Errorf("reinstall replaced the edited %s", cfg)
+	}
+	st, err := os.Stat(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); st.Mode() != 0o640 || sys.Uid != 0 || int(sys.Gid) != gid {
+		t.Errorf("%s after reinstall: %v %d:%d, want 0640 root:tapflow", cfg, st.Mode(), sys.Uid, sys.Gid)
+	}
+	if err := os.WriteFile(cfg, orig, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pinDirLayout checks the agent unit's bpffs arrangement for the pinned
+// maps and links (capture.pin_dir /sys/fs/bpf/tapflow) in a private mount
+// namespace: bpffs as systemd mounts it (0700 root), the unit's own
+// ExecStartPre= command, then its sandbox (TemporaryFileSystem=
+// /sys/fs/bpf:ro, BindPaths=/sys/fs/bpf/tapflow) built by hand, as
+// systemd is not PID 1 here. As tapflow with the agent's three
+// capabilities: pinning into the pin directory of the host layout fails
+// (0700 root parent), in the sandbox it works, and nothing else of bpffs
+// is writable.
+func pinDirLayout(t *testing.T) {
+	for _, tool := range []string{"unshare", "bpftool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s missing: make deps (deploy/scripts/deps.sh) installs it", tool)
+		}
+	}
+	pre := readUnit(t, "/usr/lib/systemd/system/tapflow-agent.service")["ExecStartPre"]
+	if len(pre) != 1 || !strings.HasPrefix(pre[0], "+/bin/sh -c '") || !strings.HasSuffix(pre[0], "'") {
+		t.Fatalf("agent ExecStartPre = %q, want one +/bin/sh -c '...' run as root", pre)
+	}
+	prepare := strings.TrimSuffix(strings.TrimPrefix(pre[0], "+/bin/sh -c '"), "'")
+	as := "setpriv --reuid=tapflow --regid=tapflow --init-groups --inh-caps=-all,+bpf,+net_admin,+perfmon " +
+		"--ambient-caps=-all,+bpf,+net_admin,+perfmon --bounding-set=-all,+bpf,+net_admin,+perfmon --no-new-privs --"
+	pin := func(path string) string {
+		return as + " bpftool map create " + path + " type array key 4 value 4 entries 1 name tfprobe"
+	}
+	script := `set -e
+mount -t bpf -o mode=0700 bpf /sys/fs/bpf
+` + prepare + `
+stat -c '%a %U:%G' /sys/fs/bpf/tapflow
+if ` + pin("/sys/fs/bpf/tapflow/host") + ` 2>/dev/null; then echo "host layout: pinned"; else echo "host layout: refused"; fi
+stage=$(mktemp -d)
+mount --bind /sys/fs/bpf/tapflow "$stage"
+mount -t tmpfs -o mode=0755 tmpfs /sys/fs/bpf
+mkdir /sys/fs/bpf/tapflow
+mount -o remount,ro /sys/fs/bpf
+mount --bind "$stage" /sys/fs/bpf/tapflow
+` + pin("/sys/fs/bpf/tapflow/sandbox") + `
+echo "sandbox: pinned"
+` + as + ` bpftool map show pinned /sys/fs/bpf/tapflow/sandbox >/dev/null
+if ` + pin("/sys/fs/bpf/elsewhere") + ` 2>/dev/null; then echo "outside: pinned"; else echo "outside: refused"; fi
+`
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	t.Logf("pin directory layout:\n%s", out)
+	if err != nil {
+		t.Fatalf("pin directory layout: %v", err)
+	}
+	for _, want := range []string{"700 tapflow:tapflow", "host layout: refused", "sandbox: pinned", "outside: refused"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("pin directory layout: want %q in the output", want)
+		}
+	}
 }

@@ -5,6 +5,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -64,7 +65,7 @@ func TestPackageInstall(t *testing.T) {
 	deb := buildPackage(t)
 	t.Cleanup(func() { purge(t) })
 	start := time.Now()
-	out, err := exec.Command("dpkg", "-i", deb).CombinedOutput()
+	out, err := dpkg("-i", deb)
 	t.Logf("dpkg -i %s (%s):\n%s", filepath.Base(deb), time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatalf("dpkg -i: %v", err)
@@ -126,7 +127,7 @@ func TestPackageInstall(t *testing.T) {
 					t.Fatalf("agent without %s still running after 60s; want it to refuse to start:\n%s", tc.want, out)
 				}
 				var ee *exec.ExitError
-				if !errorsAs(err, &ee) || ee.ExitCode() != 1 {
+				if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 					t.Errorf("agent without %s: %v, want exit 1\n%s", tc.want, err, out)
 				}
 				if !strings.Contains(string(out), "missing "+tc.want) {
@@ -142,12 +143,17 @@ func TestPackageInstall(t *testing.T) {
 	})
 }
 
-func errorsAs(err error, ee **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	if ok {
-		*ee = e
+// dpkg runs dpkg, waiting (up to 5 min) while another dpkg or apt holds
+// its lock: other phases of make test may install Debian packages now.
+func dpkg(args ...string) ([]byte, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, err := exec.Command("dpkg", args...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte("lock")) || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(2 * time.Second)
 	}
-	return ok
 }
 
 // buildPackage runs `make package` into a directory of this test.
@@ -181,7 +187,7 @@ func buildPackage(t *testing.T) string {
 // purge removes the package, its user and group, whatever state the test
 // left them in.
 func purge(t *testing.T) {
-	if out, err := exec.Command("dpkg", "--purge", pkgName).CombinedOutput(); err != nil {
+	if out, err := dpkg("--purge", pkgName); err != nil {
 		t.Errorf("dpkg --purge %s: %v\n%s", pkgName, err, out)
 	}
 	if _, err := user.Lookup(svcUser); err == nil {
@@ -537,7 +543,7 @@ func reinstallKeepsConfig(t *testing.T, deb string, gid int) {
 	if err := os.WriteFile(cfg, edited, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("dpkg", "-i", deb).CombinedOutput(); err != nil {
+	if out, err := dpkg("-i", deb); err != nil {
 		t.Fatalf("dpkg -i again: %v\n%s", err, out)
 	}
 	got, err := os.ReadFile(cfg)

@@ -32,7 +32,8 @@ import (
 //
 // The test binary is its own helper: re-executed (inside namespaces) with
 // helperEnv set, it is `tapflow lab serve|send`, or `tapflow run` (the
-// same config.Load + app.RunAll as the CLI, race detector included).
+// same config.Load + app.RunAll as the CLI, race detector included), or
+// `tapflow inventory serve` (app.RunInventoryServe).
 
 const helperEnv = "TAPFLOW_LAB_TEST_HELPER"
 
@@ -44,10 +45,13 @@ func TestMain(m *testing.M) {
 }
 
 func helper(args []string) int {
-	if len(args) == 0 || args[0] != "run" {
+	serve := len(args) > 1 && args[0] == "inventory" && args[1] == "serve"
+	if serve {
+		args = args[1:]
+	} else if len(args) == 0 || args[0] != "run" {
 		return lab.HelperMain(args, os.Stdout, os.Stderr)
 	}
-	fset := flag.NewFlagSet("run", flag.ContinueOnError)
+	fset := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	path := fset.String("config", "", "")
 	if err := fset.Parse(args[1:]); err != nil {
 		return 2
@@ -60,6 +64,13 @@ func helper(args []string) int {
 	log := obs.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if serve { // `tapflow inventory serve` (TestRegisterNewVM)
+		if err := app.RunInventoryServe(ctx, cfg, log); err != nil {
+			log.Error("tapflow inventory serve failed", "err", err)
+			return 1
+		}
+		return 0
+	}
 	if err := app.RunAll(ctx, cfg, log); err != nil {
 		log.Error("tapflow run failed", "err", err)
 		return 1

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,15 @@ type PipelineOptions struct {
 	DataDir string
 	// ExtraConfig is appended to the generated config (YAML).
 	ExtraConfig string
+	// Inventory replaces the generated inventory section's body (YAML,
+	// indented two spaces), e.g. "  provider: nats\n". Then the
+	// pipeline gets neither the OpenStack APIs forwarded into its
+	// namespace nor the OS_* variables of this process: it must attribute
+	// without any OpenStack access.
+	Inventory string
+	// Forward lists more host-loopback host:port to make reachable in the
+	// hypervisor namespace (an external NATS, say).
+	Forward []string
 }
 
 // Pipeline is a running `tapflow run` capturing the lab's taps.
@@ -42,8 +52,15 @@ type Pipeline struct {
 // tap* in the hypervisor namespace, the lab's inventory file, short
 // capture timeouts (active 2s, idle 2s) and 1 s meters.
 func (l *Lab) PipelineConfig(dataDir, extra string) string {
-	inv := fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
-	if l.reg != nil {
+	return l.pipelineConfig(dataDir, extra, "")
+}
+
+func (l *Lab) pipelineConfig(dataDir, extra, inv string) string {
+	switch {
+	case inv != "":
+	case l.reg == nil:
+		inv = fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
+	default:
 		// A registered lab: the objects come from the real APIs.
 		inv = fmt.Sprintf("  provider: openstack\n  poll_interval: 200ms\n  refresh: 10s\n  openstack:\n    cloud: lab\n    clouds_file: %s\n    interface: %s\n",
 			l.CloudsPath(), l.reg.Interface)
@@ -88,7 +105,7 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 		return nil, err
 	}
 	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"), done: make(chan struct{})}
-	if err := os.WriteFile(p.cfgPath, []byte(l.PipelineConfig(abs, o.ExtraConfig)), 0o644); err != nil {
+	if err := os.WriteFile(p.cfgPath, []byte(l.pipelineConfig(abs, o.ExtraConfig, o.Inventory)), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	logf, err := os.Create(p.logPath)
@@ -96,15 +113,23 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	defer logf.Close()
-	if l.reg != nil {
-		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), l.reg.Endpoints, l.log); err != nil {
+	fwd := o.Forward
+	if l.reg != nil && o.Inventory == "" {
+		fwd = append(slices.Clone(l.reg.Endpoints), fwd...)
+	}
+	if len(fwd) > 0 {
+		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), fwd, l.log); err != nil {
 			return nil, err
 		}
 	}
 	argv := o.Command.argv("run", "--config", p.cfgPath)
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", l.Cloud.HVNS()}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(os.Environ(), o.Command.Env...)
+	env := os.Environ()
+	if o.Inventory != "" {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OS_") })
+	}
+	p.cmd.Env = append(env, o.Command.Env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		p.fwd.Close()
@@ -234,3 +259,10 @@ func (p *Pipeline) Problems() []string {
 	}
 	return out
 }
+
+// Pid is the pipeline's process id (`ip netns exec` execs tapflow in
+// place, so it is tapflow's).
+func (p *Pipeline) Pid() int { return p.cmd.Process.Pid }
+
+// ConfigPath is the config file the pipeline runs with.
+func (p *Pipeline) ConfigPath() string { return p.cfgPath }

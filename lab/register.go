@@ -783,16 +783,22 @@ func (l *Lab) RegisterPorts(ctx context.Context, server string) ([]BoundPort, er
 	if s == nil {
 		return nil, fmt.Errorf("lab: no server %q", server)
 	}
+	var left []*Port
+	for _, p := range s.Ports {
+		if !p.Inventory {
+			left = append(left, p)
+		}
+	}
+	if len(left) == 0 {
+		return nil, fmt.Errorf("lab: server %s has no port left out of OpenStack (inventory: false)", server)
+	}
 	api, err := dialOpenStack(ctx, *l.opts.Register)
 	if err != nil {
 		return nil, err
 	}
 	r := &registrar{api: api, c: l.Cloud, reg: l.reg, save: l.saveState, log: l.log}
 	var out []BoundPort
-	for _, p := range s.Ports {
-		if p.Inventory {
-			continue
-		}
+	for _, p := range left {
 		np, err := r.createPort(ctx, p, p.Owner, s.ID)
 		if err != nil {
 			return out, err
@@ -802,9 +808,6 @@ func (l *Lab) RegisterPorts(ctx context.Context, server string) ([]BoundPort, er
 		delete(l.reg.IDs, p.ID)
 		p.Inventory = true
 		out = append(out, np.bound())
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("lab: server %s has no port left out of OpenStack (inventory: false)", server)
 	}
 	return out, l.saveState()
 }

@@ -100,6 +100,9 @@ type Spec struct {
 	ActiveTimeout time.Duration // export long flows at least this often
 	CacheSlots    uint32        // per-CPU flow-cache slots per generation: a power of two; 0 = DefaultCacheSlots
 	NoCache       bool          // every packet goes to the flow table (tests and benchmarks)
+	// PinDir, when set, pins the maps in bpffs below it (see pin.go) and
+	// adopts those a previous run pinned there; their sizes win.
+	PinDir string
 }
 
 // DefaultCacheSlots is the per-CPU flow cache's size (slots per CPU per
@@ -215,6 +218,14 @@ type Objects struct {
 	flushing bool
 	flushPos uint32
 	cent     []FlowCent // scratch for per-CPU lookups
+
+	// Pinning (PinDir set): where, whether the maps were adopted, and the
+	// userspace bookkeeping maps.
+	stateDir   string
+	adopted    bool
+	adoptDiffs []string
+	meterState *ebpf.Map
+	meterPub   *ebpf.Map
 }
 
 // Load checks the kernel, sizes the maps from s and loads everything. It
@@ -229,9 +240,33 @@ func Load(s Spec) (*Objects, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", explain(err))
 	}
+	var (
+		stateDir string
+		adopted  bool
+		diffs    []string
+	)
+	if s.PinDir != "" {
+		var err error
+		if adopted, err = preparePinDir(s.PinDir); err != nil {
+			return nil, err
+		}
+		stateDir = StateDir(s.PinDir)
+		if adopted {
+			if diffs, err = adoptSizes(&s, stateDir); err != nil {
+				return nil, err
+			}
+		}
+	}
 	spec, err := loadFlow()
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded flow.bpf.o: %w", err)
+	}
+	var opts *ebpf.CollectionOptions
+	if stateDir != "" {
+		for _, n := range pinnedMaps {
+			spec.Maps[n].Pinning = ebpf.PinByName
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stateDir}}
 	}
 	spec.Maps[flowMapFlows4].MaxEntries = s.FlowEntries
 	spec.Maps[flowMapFlows6].MaxEntries = s.flow6Entries()
@@ -253,8 +288,8 @@ func Load(s Spec) (*Objects, error) {
 			return nil, fmt.Errorf("set cache_off: %w", err)
 		}
 	}
-	o := &Objects{spec: s}
-	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
+	o := &Objects{spec: s, stateDir: stateDir, adopted: adopted, adoptDiffs: diffs}
+	if err := spec.LoadAndAssign(&o.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			if miss := MissingCaps(); len(miss) > 0 {
@@ -265,7 +300,22 @@ func Load(s Spec) (*Objects, error) {
 			}
 			return nil, fmt.Errorf("load flow programs: verifier rejected them (kernel %s): %+v", kernelRelease(), ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("load flow programs: the maps pinned in %s do not fit this version's (%w): export them with the version that made them (`tapflow agent --detach`) or discard them (`tapflow capture detach`)", stateDir, err)
+		}
 		return nil, fmt.Errorf("load flow programs: %w", explain(err))
+	}
+	if stateDir != "" {
+		if err := o.userMaps(); err != nil {
+			o.Close()
+			return nil, err
+		}
+		if adopted {
+			if err := o.adoptCache(); err != nil {
+				o.Close()
+				return nil, err
+			}
+		}
 	}
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -463,13 +513,24 @@ func (o *Objects) FlushCache() (merged uint32, deferred bool, err error) {
 // flushChunk is how many (CPU, slot) positions one flush run visits.
 const flushChunk = 1 << 20
 
-// Close releases every kernel object.
+// Close releases this process's handles on every kernel object. Pinned
+// maps stay (Unpin removes them).
 func (o *Objects) Close() error {
-	if err := o.objs.Close(); err != nil {
-		return fmt.Errorf("close flow objects: %w", err)
+	var errs []error
+	for _, m := range []*ebpf.Map{o.meterState, o.meterPub} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
-	return nil
+	if err := o.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close flow objects: %w", err))
+	}
+	return errors.Join(errs...)
 }
+
+// AdoptedSizes lists the pinned map sizes that differ from the
+// configured ones (they win until the state is detached).
+func (o *Objects) AdoptedSizes() []string { return o.adoptDiffs }
 
 // SetSlot makes frames of ifindex count into meter slot (1..Interfaces).
 func (o *Objects) SetSlot(ifindex, slot uint32) error {

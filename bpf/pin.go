@@ -81,7 +81,7 @@ func preparePinDir(dir string) (exists bool, err error) {
 		return false, fmt.Errorf("capture.pin_dir %q must be an absolute path on bpffs, e.g. /sys/fs/bpf/tapflow", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return false, fmt.Errorf("create capture.pin_dir %s: %w", dir, explain(err))
+		return false, fmt.Errorf("create capture.pin_dir %s: %w (is a bpf filesystem mounted above it? mount -t bpf bpf /sys/fs/bpf)", dir, explain(err))
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {

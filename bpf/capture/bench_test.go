@@ -9,14 +9,17 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
 type discard struct{ n int }
 
-func (d *discard) Flows(_ context.Context, recs []Record, done func()) error { d.n += len(recs); done(); return nil }
+func (d *discard) Flows(_ context.Context, recs []Record, done func()) error {
+	d.n += len(recs)
+	done()
+	return nil
+}
 func (d *discard) Meters(_ context.Context, ms []MeterRecord, done func()) error { done(); return nil }
 
 // BenchmarkDrain measures what the ring-buffer reader sustains: the kernel

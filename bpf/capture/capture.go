@@ -76,9 +76,9 @@ const ackWait = 30 * time.Second
 
 // Capture is the running kernel capture. Create with New, start with Run.
 type Capture struct {
-	cfg  Config
-	spec bpf.Spec
-	log  *slog.Logger
+	cfg    Config
+	spec   bpf.Spec
+	log    *slog.Logger
 	h      Handler
 	m      *metrics
 	detach bool
@@ -102,8 +102,8 @@ type Capture struct {
 	pendingSlots  []slotMeter // what pendingMeters were taken up to
 	// gone are adopted slots of an ifindex another slot took over: their
 	// final delta goes out with the next meters.
-	gone []*iface
-	lastMeter     time.Time
+	gone      []*iface
+	lastMeter time.Time
 
 	// Acks of handed-over records: the ring is committed up to the end of
 	// the oldest batches acked, in order.

@@ -362,3 +362,66 @@ func detachPinnedLink(p string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// PinnedSummary describes the capture state pinned below a pin directory.
+type PinnedSummary struct {
+	ABIs       []string // state directories (abi-…); this version's is ABI
+	Links      int      // pinned tcx links
+	Flows      int      // flow-table entries (this ABI; flow-cache slots not counted)
+	Bytes      uint64   // bytes and packets they hold, not yet exported
+	Packets    uint64
+	RingUnread uint64 // ring-buffer bytes not yet durable downstream
+}
+
+// Summarize reads what is pinned below dir without changing it.
+func Summarize(dir string) (PinnedSummary, error) {
+	var s PinnedSummary
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("read %s: %w", dir, explain(err))
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "abi-") {
+			continue
+		}
+		s.ABIs = append(s.ABIs, e.Name())
+		if ls, err := os.ReadDir(filepath.Join(dir, e.Name(), "links")); err == nil {
+			s.Links += len(ls)
+		}
+	}
+	state := StateDir(dir)
+	for _, name := range []string{flowMapFlows4, flowMapFlows6} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(state, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return s, fmt.Errorf("load pinned %s: %w", name, explain(err))
+		}
+		var v FlowEnt
+		key := make([]byte, m.KeySize())
+		it := m.Iterate()
+		for it.Next(&key, &v) {
+			val := v.Val()
+			s.Flows++
+			s.Bytes += val.Bytes
+			s.Packets += val.Packets
+		}
+		err = it.Err()
+		m.Close()
+		if err != nil {
+			return s, fmt.Errorf("iterate pinned %s: %w", name, err)
+		}
+	}
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(state, flowMapRecords), nil); err == nil {
+		if r, err := OpenRing(m); err == nil {
+			s.RingUnread = r.Unread()
+			r.Close()
+		}
+		m.Close()
+	}
+	return s, nil
+}

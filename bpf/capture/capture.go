@@ -171,7 +171,7 @@ func New(cfg Config, opts Options) (*Capture, error) {
 		return nil, err
 	}
 	c := &Capture{
-		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach,
+		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach || cfg.Detach,
 		ifaces: map[int]*iface{}, names: map[uint32]nameEntry{},
 		batch: make([]Record, 0, batchMax), pinned: cfg.PinDir != "", ackSig: make(chan struct{}, 1),
 	}

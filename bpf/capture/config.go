@@ -47,6 +47,8 @@ type Config struct {
 	// a restarted agent adopts them and loses nothing ("" = no pinning: every
 	// stop detaches and flushes the table as shutdown records).
 	PinDir string `yaml:"pin_dir"`
+	// Detach is the --detach flag, not configuration: see Options.Detach.
+	Detach bool `yaml:"-"`
 }
 
 // DefaultPinDir is the default capture.pin_dir.

@@ -37,6 +37,7 @@ Commands:
   dlq        list dead letters the collector rejected, replay them once fixed (tapflow dlq inspect|replay)
   tap        print flow records live from NATS, filtered by tenant, zone, node, port; never disturbs the collector
   inventory  inventory dump|confirm|serve: print what the provider sees, apply a held drop, run the metadata service
+  capture    capture status|detach: show or remove the capture state pinned in bpffs (capture.pin_dir)
   validate   check a config file and list every problem
   version    print the version
 
@@ -65,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reportCmd(rest, stdout, stderr)
 	case "inventory":
 		return inventoryCmd(rest, stdout, stderr)
+	case "capture":
+		return captureCmd(rest, stdout, stderr)
 	case "lab":
 		return labCmd(rest, stdout, stderr)
 	case "spool":
@@ -95,7 +98,11 @@ collector drains the stream, commits its Parquet files and acks them.`,
 	"agent": `Run the agent: source (synthetic or ebpf) → attribution → batches published to
 NATS JetStream (nats.url, or an embedded server when empty). SIGHUP (or
 POST /-/refresh on metrics.listen) reconciles the inventory now;
-SIGINT/SIGTERM publish what is in flight, then exit.`,
+SIGINT/SIGTERM publish what is in flight, then exit. With source ebpf and
+capture.pin_dir (the default) the programs stay attached and the kernel table
+and ring stay pinned: the next start adopts them and loses nothing, even after
+a SIGKILL. --detach makes a run the last one: its stop exports everything and
+removes the pinned state (uninstall; docs/operations.md).`,
 	"collector": `Run the collector: durable JetStream consumer → Parquet files under
 <collector.output>/flows/dt=YYYY-MM-DD/hour=HH/. Messages are acked only after
 the file holding them is committed (fsync + rename).`,
@@ -110,6 +117,10 @@ func serve(cmd string, args []string, stderr io.Writer) int {
 	node := fs.String("node", "", "override node (default: hostname)")
 	output := fs.String("output", "", "override collector.output: a directory or s3://bucket/prefix (flows/dt=…/hour=…/ below it)")
 	duration := fs.Duration("duration", 0, "stop gracefully after this long (e.g. 20s; 0 = until SIGINT/SIGTERM)")
+	var detach *bool
+	if cmd != "collector" {
+		detach = fs.Bool("detach", false, "source ebpf: make this run the last one (uninstall): at stop, detach from every tap, export every flow still in the kernel and remove the pinned state in capture.pin_dir (without it a stop leaves the programs attached and the state pinned for the next run)")
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: tapflow %s [flags]\n\n%s\n\nFlags:\n", cmd, serveHelp[cmd])
 		fs.PrintDefaults()
@@ -129,6 +140,9 @@ func serve(cmd string, args []string, stderr io.Writer) int {
 		set(&c.NATS.URL, *natsURL)
 		set(&c.Node, *node)
 		set(&c.Collector.Parquet.Output, *output)
+		if detach != nil && *detach {
+			c.Capture.Detach = true
+		}
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tapflow %s: invalid config:\n%s\n", cmd, indent(err))

@@ -205,7 +205,9 @@ func labCmd(args []string, stdout, stderr io.Writer) int {
 		} else {
 			<-ctx.Done()
 		}
-		if err := p.Stop(context.Background()); err != nil {
+		err = p.Stop(context.Background())
+		p.Close()
+		if err != nil {
 			return fail(err)
 		}
 		flows, err := lab.ReadFlows(p.DataDir())

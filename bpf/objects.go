@@ -226,6 +226,7 @@ type Objects struct {
 	adoptDiffs []string
 	meterState *ebpf.Map
 	meterPub   *ebpf.Map
+	lock       *os.File // flock on PinDir
 }
 
 // Load checks the kernel, sizes the maps from s and loads everything. It
@@ -244,21 +245,29 @@ func Load(s Spec) (*Objects, error) {
 		stateDir string
 		adopted  bool
 		diffs    []string
+		lock     *os.File
 	)
 	if s.PinDir != "" {
 		var err error
 		if adopted, err = preparePinDir(s.PinDir); err != nil {
 			return nil, err
 		}
+		if lock, err = lockPinDir(s.PinDir); err != nil {
+			return nil, err
+		}
 		stateDir = StateDir(s.PinDir)
 		if adopted {
 			if diffs, err = adoptSizes(&s, stateDir); err != nil {
+				lock.Close()
 				return nil, err
 			}
 		}
 	}
 	spec, err := loadFlow()
 	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
 		return nil, fmt.Errorf("parse embedded flow.bpf.o: %w", err)
 	}
 	var opts *ebpf.CollectionOptions
@@ -288,8 +297,11 @@ func Load(s Spec) (*Objects, error) {
 			return nil, fmt.Errorf("set cache_off: %w", err)
 		}
 	}
-	o := &Objects{spec: s, stateDir: stateDir, adopted: adopted, adoptDiffs: diffs}
+	o := &Objects{spec: s, stateDir: stateDir, adopted: adopted, adoptDiffs: diffs, lock: lock}
 	if err := spec.LoadAndAssign(&o.objs, opts); err != nil {
+		if lock != nil {
+			lock.Close()
+		}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			if miss := MissingCaps(); len(miss) > 0 {
@@ -524,6 +536,10 @@ func (o *Objects) Close() error {
 	}
 	if err := o.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close flow objects: %w", err))
+	}
+	if o.lock != nil {
+		errs = append(errs, o.lock.Close())
+		o.lock = nil
 	}
 	return errors.Join(errs...)
 }

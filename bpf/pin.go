@@ -107,6 +107,25 @@ func preparePinDir(dir string) (exists bool, err error) {
 	return err == nil, nil
 }
 
+// lockPinDir takes an exclusive lock on the pin directory for the life of
+// the objects: two agents adopting one state would both read the ring
+// and double every record. The kernel drops the lock when the process
+// dies, also by SIGKILL.
+func lockPinDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open capture.pin_dir %s: %w", dir, explain(err))
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("capture.pin_dir %s is in use by another running tapflow agent: stop it first (one agent per host and pin_dir)", dir)
+		}
+		return nil, fmt.Errorf("lock capture.pin_dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
 // adoptSizes makes s match the pinned maps: their sizes win over the
 // configured ones until the state is detached (a resize would need new
 // maps, and the old ones hold the table). It returns the differences.

@@ -32,8 +32,8 @@ func privateBPFFS(t *testing.T) string {
 // TestPinAdopt: a second load of the same pin directory adopts the maps —
 // a flow counted before is still in the table, the meters kept counting —
 // and keeps the pinned sizes when the configured ones changed. State of
-// another ABI is refused with a message naming both and the fix; a pin
-// directory off bpffs is refused. RemovePinned leaves nothing.
+// another ABI is refused with a message naming both and the fix, so is a
+// second agent while one holds the state, and a pin directory off bpffs. RemovePinned leaves nothing.
 func TestPinAdopt(t *testing.T) {
 	dir := privateBPFFS(t)
 	s := Spec{FlowEntries: 64, RingBytes: 1 << 16, Interfaces: 2, ActiveTimeout: time.Hour, PinDir: dir}
@@ -78,6 +78,10 @@ func TestPinAdopt(t *testing.T) {
 	slots, err := o.Slots()
 	if err != nil || slots[7] != 1 {
 		t.Errorf("adopted interface slots %v (%v), want 7→1", slots, err)
+	}
+
+	if _, err := Load(s); err == nil || !strings.Contains(err.Error(), "in use by another running tapflow agent") {
+		t.Errorf("a second load while the first holds the state: err %v, want in use", err)
 	}
 
 	other := filepath.Join(dir, "abi-000000000000")

@@ -848,6 +848,12 @@ func (c *Capture) adopt() error {
 			return err
 		}
 		if st.Used == 0 {
+			if st.Ifindex != 0 {
+				// A released interface: its flows may still be swept.
+				if _, ok := c.names[st.Ifindex]; !ok {
+					c.names[st.Ifindex] = nameEntry{name: st.IfName(), expires: time.Now().Add(2*c.cfg.IdleTimeout.D() + 2*c.cfg.SweepInterval.D())}
+				}
+			}
 			continue
 		}
 		ifc := &iface{index: int(st.Ifindex), name: st.IfName(), slot: slot, first: st.First}

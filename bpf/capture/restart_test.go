@@ -121,14 +121,15 @@ func TestRestartAdopts(t *testing.T) {
 	for _, mode := range []attach.Mode{attach.TCX, attach.TC} {
 		t.Run(string(mode), func(t *testing.T) {
 			lab := nslab.New(t)
-			a, b := lab.AddVM(1, true), lab.AddVM(2, true)
+			a, b, gone := lab.AddVM(1, true), lab.AddVM(2, true), lab.AddVM(3, true)
 			dir := testPinDir(t)
 			cfg := pinnedConfig(lab, mode, dir)
 			col := &collector{}
 			r1 := startWith(t, cfg, col, false)
-			waitFor(t, "2 attached taps", func() bool { return gauge(t, r1.reg, "tapflow_capture_attached_interfaces") == 2 })
+			waitFor(t, "3 attached taps", func() bool { return gauge(t, r1.reg, "tapflow_capture_attached_interfaces") == 3 })
 			listenUDP(t, b, 9500)
 			p1 := sendUDP(t, a, b.IP, 9500, 300, 700)
+			pg := sendUDP(t, gone, b.IP, 9500, 40, 500)
 			if err := r1.stop(); err != nil {
 				t.Fatalf("run 1: %v", err)
 			}
@@ -137,8 +138,11 @@ func TestRestartAdopts(t *testing.T) {
 					t.Fatalf("after a pinned stop: %d tcx programs on %s, want 2 (still attached)", n, a.Tap)
 				}
 			}
-			// No agent: the kernel keeps counting.
+			// No agent: the kernel keeps counting; a VM goes away with
+			// its flow still in the table.
 			p2 := sendUDP(t, a, b.IP, 9500, 200, 900)
+			goneTap := gone.Tap
+			lab.RemoveVM(gone)
 
 			r2 := startWith(t, cfg, col, true)
 			waitFor(t, "2 adopted taps", func() bool { return gauge(t, r2.reg, "tapflow_capture_attached_interfaces") == 2 })
@@ -152,6 +156,10 @@ func TestRestartAdopts(t *testing.T) {
 			}
 
 			checkConservation(t, col, true, a.Tap, b.Tap)
+			checkConservation(t, col, false, goneTap)
+			if p, _ := col.flowBytes(goneTap, bpf.DirTX, 17, pg, 9500); p != 40 {
+				t.Errorf("the tap removed while no agent ran: %d packets under its name, 40 sent", p)
+			}
 			for _, c := range []struct {
 				port uint16
 				n    int64

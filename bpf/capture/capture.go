@@ -113,7 +113,13 @@ type Capture struct {
 	// Acks of meter deltas: the published meters of each slot.
 	pubMu     sync.Mutex
 	pubClosed bool
-	meterAcks int // meter batches handed over, not acked
+	meterAcks int         // meter batches handed over, not acked
+	meterQ    []*meterEnt // in hand-over order: published advances in order
+}
+
+type meterEnt struct {
+	slots []slotMeter
+	done  bool
 }
 
 type ackEnt struct {
@@ -655,26 +661,43 @@ func (c *Capture) meters(ctx context.Context) error {
 	if len(c.meterBuf) == 0 {
 		return nil
 	}
+	e := &meterEnt{slots: slots}
 	c.pubMu.Lock()
 	c.meterAcks++
+	c.meterQ = append(c.meterQ, e)
 	c.pubMu.Unlock()
 	var once sync.Once
-	if err := c.h.Meters(ctx, c.meterBuf, func() { once.Do(func() { c.meterDone(slots) }) }); err != nil {
+	if err := c.h.Meters(ctx, c.meterBuf, func() { once.Do(func() { c.meterDone(e) }) }); err != nil {
 		return fmt.Errorf("capture: hand over meters: %w", err)
 	}
 	return nil
 }
 
-// meterDone records, once a meter batch is durable, the readings it was
-// taken up to as the slots' published meters: a restarted agent publishes
-// from there. A final delta's ack frees the slot's pinned record.
-func (c *Capture) meterDone(slots []slotMeter) {
+// meterDone records, once a meter batch and every older one are durable,
+// the readings they were taken up to as the slots' published meters: a
+// restarted agent publishes from there. (Out of order, a newer reading
+// would hide an older delta a kill then loses.) A final delta's ack frees
+// the slot's pinned record.
+func (c *Capture) meterDone(e *meterEnt) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.meterAcks--
+	e.done = true
+	n := 0
+	for n < len(c.meterQ) && c.meterQ[n].done {
+		n++
+	}
+	ready := c.meterQ[:n:n]
+	c.meterQ = c.meterQ[n:]
 	if c.pubClosed || !c.pinned {
 		return
 	}
+	for _, e := range ready {
+		c.publishedLocked(e.slots)
+	}
+}
+
+func (c *Capture) publishedLocked(slots []slotMeter) {
 	for _, s := range slots {
 		pub, err := c.objs.PublishedMeter(s.slot, s.dir)
 		if err != nil {

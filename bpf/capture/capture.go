@@ -84,18 +84,19 @@ type Capture struct {
 	detach bool
 
 	// Owned by Run's goroutine.
-	objs      *bpf.Objects
-	att       *attach.Attacher
-	ring      *bpf.Ring
-	sample    []byte
-	batch     []Record
-	pinned    bool
-	ifaces    map[int]*iface
-	names     map[uint32]nameEntry
-	freeSlots []uint32
-	offsetNs  int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
-	sweepMax  uint32
-	meterBuf  []MeterRecord
+	objs       *bpf.Objects
+	att        *attach.Attacher
+	ring       *bpf.Ring
+	sample     []byte
+	flushedPos uint64 // ring position of the last hand-over
+	batch      []Record
+	pinned     bool
+	ifaces     map[int]*iface
+	names      map[uint32]nameEntry
+	freeSlots  []uint32
+	offsetNs   int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
+	sweepMax   uint32
+	meterBuf   []MeterRecord
 	// pendingMeters holds final deltas of interfaces replaced by a new one
 	// with the same ifindex, until the next meter tick.
 	pendingMeters []MeterRecord
@@ -486,45 +487,48 @@ func (c *Capture) ifname(ifindex uint32) string {
 // is committed (its space given back) only as batches are acked.
 func (c *Capture) drain(ctx context.Context) error {
 	for {
-		for {
-			sample, ok, err := c.ring.Read(c.sample)
-			c.sample = sample
-			if err != nil {
-				return fmt.Errorf("capture: read ring buffer: %w", err)
-			}
-			if !ok {
-				break
-			}
-			fr, ok := bpf.DecodeRecord(sample)
-			if !ok {
-				c.log.Error("short ring-buffer record", "bytes", len(sample))
-				continue
-			}
-			c.batch = append(c.batch, Record{
-				FlowRecord: *fr,
-				Ifname:     c.ifname(fr.Key.Ifindex),
-				TimeStart:  c.wallMicros(fr.Val.FirstNs),
-				TimeEnd:    c.wallMicros(fr.Val.LastNs),
-			})
-			if r := fr.EndReason; int(r) < len(c.m.records) && c.m.records[r] != nil {
-				c.m.records[r].Inc()
-			}
-			if len(c.batch) == batchMax {
-				if err := c.flush(ctx); err != nil {
-					return err
-				}
+		sample, ok, err := c.ring.Read(c.sample)
+		c.sample = sample
+		if err != nil {
+			return fmt.Errorf("capture: read ring buffer: %w", err)
+		}
+		if !ok {
+			// Nothing more, or the next record is still being written
+			// (reserved, not submitted): the next poll takes it.
+			return c.flush(ctx)
+		}
+		fr, ok := bpf.DecodeRecord(sample)
+		if !ok {
+			c.log.Error("short ring-buffer record", "bytes", len(sample))
+			continue
+		}
+		c.batch = append(c.batch, Record{
+			FlowRecord: *fr,
+			Ifname:     c.ifname(fr.Key.Ifindex),
+			TimeStart:  c.wallMicros(fr.Val.FirstNs),
+			TimeEnd:    c.wallMicros(fr.Val.LastNs),
+		})
+		if r := fr.EndReason; int(r) < len(c.m.records) && c.m.records[r] != nil {
+			c.m.records[r].Inc()
+		}
+		if len(c.batch) == batchMax {
+			if err := c.flush(ctx); err != nil {
+				return err
 			}
 		}
-		// Nothing more, or the next record is still being written
-		// (reserved, not submitted): the next poll takes it.
-		return c.flush(ctx)
 	}
 }
 
 // flush hands the batch over; its ack commits the ring up to the read
 // position (once every older batch is acked too).
 func (c *Capture) flush(ctx context.Context) error {
-	e := &ackEnt{pos: c.ring.Pos()}
+	pos := c.ring.Pos()
+	if len(c.batch) == 0 && pos == c.flushedPos {
+		return nil
+	}
+	c.flushedPos = pos
+	c.m.unacked.Set(float64(c.ring.Uncommitted()))
+	e := &ackEnt{pos: pos}
 	c.ackMu.Lock()
 	if len(c.batch) == 0 {
 		// Nothing to hand over, but the read position may have moved

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/bpf/attach"
@@ -50,6 +51,10 @@ func captureCmd(args []string, stdout, stderr io.Writer) int {
 	dir := cfg.Capture.PinDir
 	if dir == "" {
 		fmt.Fprintf(stderr, "tapflow capture %s: capture.pin_dir is empty (pinning disabled): nothing is pinned\n", sub)
+		return exitUsage
+	}
+	if !filepath.IsAbs(dir) {
+		fmt.Fprintf(stderr, "tapflow capture %s: capture.pin_dir %q is not an absolute path: give the bpffs directory the agent uses, e.g. /sys/fs/bpf/tapflow\n", sub, dir)
 		return exitUsage
 	}
 	s, err := bpf.Summarize(dir)

@@ -55,7 +55,7 @@ type Pipeline struct {
 	command Command
 	taps    map[string]bool
 	noOSEnv bool // drop this process's OS_* variables (Inventory set)
-	runs    int // processes started
+	runs    int  // processes started
 }
 
 // PipelineConfig is the tapflow config the lab runs with: source ebpf on

@@ -215,7 +215,9 @@ func newLabCmd() *cobra.Command {
 		} else {
 			<-e.ctx.Done()
 		}
-		if err := p.Stop(context.Background()); err != nil {
+		err = p.Stop(context.Background())
+		p.Close()
+		if err != nil {
 			return err
 		}
 		flows, err := lab.ReadFlows(p.DataDir())

@@ -23,7 +23,11 @@ collector drains the stream, commits its Parquet files and acks them.`,
 		`Run the agent: source (synthetic or ebpf) → attribution → batches published to
 NATS JetStream (nats.url, or an embedded server when empty). SIGHUP (or
 POST /-/refresh on metrics.listen) reconciles the inventory now;
-SIGINT/SIGTERM publish what is in flight, then exit.`,
+SIGINT/SIGTERM publish what is in flight, then exit. With source ebpf and
+capture.pin_dir (the default) the programs stay attached and the kernel table
+and ring stay pinned: the next start adopts them and loses nothing, even after
+a SIGKILL. --detach makes a run the last one: its stop exports everything and
+removes the pinned state (uninstall; docs/operations.md).`,
 		false, app.RunAgent))
 	register(newServeCmd("collector", "consume batches from NATS and write hourly-partitioned Parquet",
 		`Run the collector: durable JetStream consumer → Parquet files under
@@ -39,6 +43,7 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 		var (
 			cf       cfgFlags
 			duration time.Duration
+			detach   bool
 		)
 		cmd := &cobra.Command{
 			Use:   name + " [flags]",
@@ -49,6 +54,9 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 				cfg, err := cf.load()
 				if err != nil {
 					return err
+				}
+				if detach {
+					cfg.Capture.Detach = true
 				}
 				log := obs.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
 				ctx, stop := signalContext()
@@ -75,6 +83,9 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 		}
 		cf.bindObs(fs, true)
 		fs.DurationVar(&duration, "duration", 0, "stop gracefully after this long (e.g. 20s; 0 = until SIGINT/SIGTERM)")
+		if name != "collector" {
+			fs.BoolVar(&detach, "detach", false, "source ebpf: make this run the last one (uninstall): at stop, detach from every tap, export every flow still in the kernel and remove the pinned state in capture.pin_dir (without it a stop leaves the programs attached and the state pinned for the next run)")
+		}
 		return cmd
 	}
 }

@@ -18,13 +18,26 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build package test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/tapflow (static, no cgo).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tapflow
+
+# nfpm (github.com/goreleaser/nfpm/v2) is run at a pinned version with
+# `go run pkg@version` (the Go build cache keeps the binary) instead of
+# being a dependency of the main module: only packaging needs it.
+NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DIST ?= dist
+DEB_VERSION ?= $(shell deploy/package/version.sh)
+
+package: ## Build the Debian package dist/tapflow_<version>_amd64.deb (nfpm; binary, systemd units, example config, user tapflow).
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/tapflow ./cmd/tapflow
+	TAPFLOW_BIN=$(DIST)/tapflow TAPFLOW_VERSION=$(DEB_VERSION) $(NFPM) package --config deploy/package/nfpm.yaml --packager deb --target $(DIST)/tapflow_$(DEB_VERSION)_amd64.deb
+	@rm -f $(DIST)/tapflow
 
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
@@ -90,4 +103,4 @@ check-generate: ## Fail when committed generated code is stale.
 	 else echo "check-generate: clang/libbpf-dev missing, eBPF object check skipped (make deps as root installs them)"; fi
 
 clean: ## Remove build output and demo data.
-	rm -rf bin $(DEMO_DIR)
+	rm -rf bin dist $(DEMO_DIR)

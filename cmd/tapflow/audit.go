@@ -2,19 +2,28 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tapflow/tapflow/internal/audit"
 	"github.com/tapflow/tapflow/internal/report"
 )
 
-const auditUsage = `Usage: tapflow audit --data DIR|s3://bucket/prefix [--from T] [--to T] [--settle D] [--all]
+func init() { register(newAuditCmd) }
 
-Check byte conservation on a collector output: for every node, tap, direction
+func newAuditCmd() *cobra.Command {
+	var (
+		d          dataFlags
+		fromS, toS string
+		settle     time.Duration
+		all        bool
+		slack      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "audit --data DIR|s3://bucket/prefix [--from T] [--to T] [--settle D] [--all]",
+		Short: "check byte conservation (flows against kernel meters) per node, tap, direction and hour",
+		Long: `Check byte conservation on a collector output: for every node, tap, direction
 and hour, Σ flow.v1 bytes and packets against Σ meter.v1 bytes and packets
 minus the loss the kernel reported. The check is cumulative over the hours
 of each key: the running difference may only be what the flow records and
@@ -23,73 +32,52 @@ the end of the data. Every mismatch names the node, tap, direction, hour and
 difference. Meters come from agents with source: ebpf. The same check as a
 DuckDB query: docs/queries.md (Conservation).
 
-Exit codes: 0 conserved, 1 mismatch or read error, 2 usage.
-
-Examples:
-  tapflow audit --data /var/lib/tapflow
-  tapflow audit --data s3://billing-lake/tapflow --config /etc/tapflow/tapflow.yaml --from 2026-12-01 --to 2026-12-02
-
-Flags:
-`
-
-// auditCmd implements `tapflow audit` (internal/audit).
-func auditCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tapflow audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var d dataFlags
+Exit codes: 0 conserved, 1 mismatch or read error, 2 usage.`,
+		Example: `  tapflow audit --data /var/lib/tapflow
+  tapflow audit --data s3://billing-lake/tapflow --config /etc/tapflow/tapflow.yaml --from 2026-12-01 --to 2026-12-02`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := audit.Options{ClockSlack: slack}
+			var err error
+			if fromS != "" {
+				if opts.From, err = report.ParseTime(fromS); err != nil {
+					return usageErr("--from %v", err)
+				}
+			}
+			if toS != "" {
+				if opts.To, err = report.ParseTime(toS); err != nil {
+					return usageErr("--to %v", err)
+				}
+			} else if settle > 0 {
+				opts.To = time.Now().Add(-settle).UTC().Truncate(time.Hour)
+			}
+			if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
+				return usageErr("--from %s is not before --to %s (with --settle, --to defaults to now − settle, to the hour)", opts.From.Format(time.RFC3339), opts.To.Format(time.RFC3339))
+			}
+			ctx := context.Background()
+			out, err := d.open(ctx)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			r, err := audit.Run(ctx, out, opts)
+			if err != nil {
+				return err
+			}
+			if err := r.Print(cmd.OutOrStdout(), all); err != nil {
+				return err
+			}
+			if !r.OK() {
+				return exitCode(exitRuntime)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
 	d.register(fs)
-	fromS := fs.String("from", "", "check hours from this one (time_end ≥ T, whole hours; RFC 3339 or YYYY-MM-DD[THH], UTC)")
-	toS := fs.String("to", "", "check hours before this one (exclusive; same formats). Default: now − --settle, to the hour")
-	settle := fs.Duration("settle", 15*time.Minute, "without --to, leave out the hours ending after now − this (files still being written: roll_age, active timeout); 0 checks everything")
-	all := fs.Bool("all", false, "print every key and hour, not just the mismatches")
-	slack := fs.Duration("clock-slack", audit.DefaultClockSlack, "how far a record's times may be off an hour's edge and still count as crossing it (kernel coarse clock vs wall clock)")
-	fs.Usage = func() { fmt.Fprint(stderr, auditUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tapflow audit: "+format+"\n", a...)
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q; flags only (see tapflow audit --help)", fs.Arg(0))
-	}
-	opts := audit.Options{ClockSlack: *slack}
-	var err error
-	if *fromS != "" {
-		if opts.From, err = report.ParseTime(*fromS); err != nil {
-			return usageErr("--from %v", err)
-		}
-	}
-	if *toS != "" {
-		if opts.To, err = report.ParseTime(*toS); err != nil {
-			return usageErr("--to %v", err)
-		}
-	} else if *settle > 0 {
-		opts.To = time.Now().Add(-*settle).UTC().Truncate(time.Hour)
-	}
-	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
-		return usageErr("--from %s is not before --to %s (with --settle, --to defaults to now − settle, to the hour)", opts.From.Format(time.RFC3339), opts.To.Format(time.RFC3339))
-	}
-	ctx := context.Background()
-	out, err := d.open(ctx)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	r, err := audit.Run(ctx, out, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "tapflow audit: %v\n", err)
-		return exitRuntime
-	}
-	if err := r.Print(stdout, *all); err != nil {
-		fmt.Fprintf(stderr, "tapflow audit: %v\n", err)
-		return exitRuntime
-	}
-	if !r.OK() {
-		return exitRuntime
-	}
-	return exitOK
+	fs.StringVar(&fromS, "from", "", "check hours from this one (time_end ≥ T, whole hours; RFC 3339 or YYYY-MM-DD[THH], UTC)")
+	fs.StringVar(&toS, "to", "", "check hours before this one (exclusive; same formats). Default: now − --settle, to the hour")
+	fs.DurationVar(&settle, "settle", 15*time.Minute, "without --to, leave out the hours ending after now − this (files still being written: roll_age, active timeout); 0 checks everything")
+	fs.BoolVar(&all, "all", false, "print every key and hour, not just the mismatches")
+	fs.DurationVar(&slack, "clock-slack", audit.DefaultClockSlack, "how far a record's times may be off an hour's edge and still count as crossing it (kernel coarse clock vs wall clock)")
+	return cmd
 }

@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+
+	"github.com/spf13/pflag"
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/dataset"
@@ -17,10 +18,10 @@ type dataFlags struct {
 	pathStyle                      bool
 }
 
-func (d *dataFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.data, "data", "", "the collector output: a directory (holding flows/ and meters/) or s3://bucket/prefix")
-	fs.StringVar(&d.config, "config", "", "config file whose collector.s3 section (endpoint, region, path_style, profile, credentials_file) reads an s3:// --data")
-	fs.StringVar(&d.endpoint, "s3-endpoint", "", "S3 API URL of an S3-compatible server (overrides collector.s3.endpoint); credentials come from the AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE)")
+func (d *dataFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&d.data, "data", "", "the collector output: a `DIR` (holding flows/ and meters/) or s3://bucket/prefix")
+	fs.StringVar(&d.config, "config", "", "config `FILE` whose collector.s3 section (endpoint, region, path_style, profile, credentials_file) reads an s3:// --data")
+	fs.StringVar(&d.endpoint, "s3-endpoint", "", "S3 API `URL` of an S3-compatible server (overrides collector.s3.endpoint); credentials come from the AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE)")
 	fs.StringVar(&d.region, "s3-region", "", "S3 region (overrides collector.s3.region)")
 	fs.BoolVar(&d.pathStyle, "s3-path-style", false, "address buckets as <endpoint>/<bucket> (most S3-compatible servers need it)")
 }

@@ -56,6 +56,7 @@ func TestRunEBPFConservation(t *testing.T) {
 	cfg.Capture.MemoryBudget = 8 << 20
 	cfg.Capture.MaxInterfaces = 8
 	cfg.Capture.MeterInterval = units.Duration(250 * time.Millisecond)
+	cfg.Capture.PinDir = "" // the stop flushes the table
 	cfg.Inventory.File = writeLabInventory(t, dir, a, b)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -143,11 +143,24 @@ log:
 	})
 	agentCfg, _ := os.ReadFile(pl.ConfigPath())
 	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pl.Pid()))
-	for what, b := range map[string][]byte{"config": agentCfg, "environment": environ} {
-		for _, bad := range []string{env["OS_PASSWORD"], "OS_PASSWORD", "OS_USERNAME", "openstack", "clouds", l.CloudsPath()} {
-			if bytes.Contains(b, []byte(bad)) {
-				t.Errorf("agent %s holds %q (an OpenStack secret or access)", what, bad)
-			}
+	for _, bad := range []string{env["OS_PASSWORD"], "OS_PASSWORD", "OS_USERNAME", "openstack", "clouds", l.CloudsPath()} {
+		if bytes.Contains(agentCfg, []byte(bad)) {
+			t.Errorf("agent config holds %q (an OpenStack secret or access)", bad)
+		}
+	}
+	// The environment: no OS_* variable, no password, no clouds.yaml. (Not
+	// the word "openstack": the test's own plumbing, TAPFLOW_OPENSTACK and
+	// the testbed's state directory, legitimately carries it and is no
+	// access to OpenStack.)
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		name, value, _ := bytes.Cut(kv, []byte("="))
+		switch {
+		case bytes.HasPrefix(name, []byte("OS_")):
+			t.Errorf("agent environment holds %s (an OpenStack credential variable)", name)
+		case env["OS_PASSWORD"] != "" && bytes.Contains(value, []byte(env["OS_PASSWORD"])):
+			t.Errorf("agent environment variable %s holds the OpenStack password", name)
+		case bytes.Contains(value, []byte(l.CloudsPath())), bytes.Contains(value, []byte("clouds.yaml")):
+			t.Errorf("agent environment variable %s names a clouds.yaml", name)
 		}
 	}
 	if !bytes.Contains(agentCfg, []byte("provider: nats")) || len(agentCfg) == 0 {

@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/tapflow
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/tapflow/tapflow/internal/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/tapflow/tapflow/internal/version.Version=$(VERSION) -X github.com/tapflow/tapflow/internal/version.Revision=$(REVISION)
 DEMO_DIR ?= demo-data
 DEMO_SECONDS ?= 20
 # Go test flags; override e.g. TESTFLAGS='-run TestX -v'.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,9 +60,9 @@ type Handler interface {
 
 // Options are the collaborators of a Capture.
 type Options struct {
-	Logger   *slog.Logger         // nil: slog.Default()
-	Registry *prometheus.Registry // nil: no metrics registered
-	Handler  Handler              // required
+	Logger   *slog.Logger          // nil: slog.Default()
+	Registry prometheus.Registerer // nil: no metrics registered
+	Handler  Handler               // required
 	// Detach makes this run the last: at stop it detaches from every
 	// interface, exports every flow still in the kernel as a shutdown
 	// record and removes the pinned state (uninstall). Without pinning
@@ -105,6 +106,9 @@ type Capture struct {
 	// final delta goes out with the next meters.
 	gone      []*iface
 	lastMeter time.Time
+	// running is true from the first interface scan until Run returns
+	// (the agent's /readyz: capture attached).
+	running atomic.Bool
 
 	// Acks of handed-over records: the ring is committed up to the end of
 	// the oldest batches acked, in order.
@@ -192,6 +196,10 @@ func New(cfg Config, opts Options) (*Capture, error) {
 // Spec is the kernel sizing New derived from the config.
 func (c *Capture) Spec() bpf.Spec { return c.spec }
 
+// Running reports whether the programs are loaded and the interfaces
+// scanned (safe from any goroutine).
+func (c *Capture) Running() bool { return c.running.Load() }
+
 // Run loads and attaches the programs, then drains, sweeps and meters until
 // ctx is done.
 //
@@ -273,6 +281,8 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 	}()
 	c.rescan()
 	c.lastMeter = time.Now()
+	c.running.Store(true)
+	defer c.running.Store(false)
 
 	poll := time.NewTicker(c.cfg.PollInterval.D())
 	defer poll.Stop()
@@ -447,6 +457,7 @@ func (c *Capture) attach(index int, name string) {
 	c.ifaces[index] = ifc
 	c.names[uint32(index)] = nameEntry{name: name}
 	c.m.attached.Inc()
+	c.m.preset(name)
 	c.log.Info("attached", "ifname", name, "ifindex", index, "mode", h.Mode, "slot", slot)
 }
 
@@ -931,6 +942,7 @@ func (c *Capture) attachAdopted(ifc *iface) {
 	ifc.handle = h
 	c.m.attached.Inc()
 	c.m.adopted.Inc()
+	c.m.preset(ifc.name)
 	c.log.Info("attached", "ifname", ifc.name, "ifindex", ifc.index, "mode", h.Mode, "slot", ifc.slot, "adopted", true, "link_adopted", h.Adopted)
 }
 

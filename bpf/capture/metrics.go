@@ -24,7 +24,7 @@ type metrics struct {
 	unacked                prometheus.Gauge
 }
 
-func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	lbl := []string{"ifname", "direction"}
 	cv := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_capture_" + name, Help: help}, lbl)
@@ -71,6 +71,17 @@ func (m *metrics) addMeter(r *MeterRecord) {
 	m.lostBytes.With(l).Add(float64(r.LostBytes))
 	m.failedUpdates.With(l).Add(float64(r.FailedUpdates))
 	m.skippedNonIP.With(l).Add(float64(r.SkippedNonIP))
+}
+
+// preset creates an attached interface's kernel meter and loss series at
+// 0, so rate() and increase() alerts see the first loss.
+func (m *metrics) preset(ifname string) {
+	for _, d := range []string{"tx", "rx"} {
+		l := prometheus.Labels{"ifname": ifname, "direction": d}
+		for _, v := range []*prometheus.CounterVec{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates, m.skippedNonIP} {
+			v.With(l)
+		}
+	}
 }
 
 func (m *metrics) forget(ifname string) {

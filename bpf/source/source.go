@@ -22,7 +22,7 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives the tapflow_capture_* metrics; nil registers none.
-	Registry *prometheus.Registry
+	Registry prometheus.Registerer
 	// Meters, when set, receives every meter.v1 delta (per tap and
 	// direction, each meter_interval and once at shutdown). It may block;
 	// done is called once the deltas are durable (MeterFeed.Add).
@@ -76,6 +76,9 @@ func New(cfg capture.Config, opts Options) (*Source, error) {
 
 // Name implements pipeline.Source.
 func (s *Source) Name() string { return "ebpf" }
+
+// Running reports whether the capture is loaded and attached (readiness).
+func (s *Source) Running() bool { return s.cap.Running() }
 
 // Run captures until ctx is done, then flushes every flow still in the
 // kernel (end_reason shutdown) into out and returns. It never closes out.

@@ -208,7 +208,7 @@ func auditRealOutput(t *testing.T, dir, node string) {
 }
 
 // waitAttached waits until the capture reports n attached interfaces.
-func waitAttached(t *testing.T, reg *prometheus.Registry, n float64, done <-chan error) {
+func waitAttached(t *testing.T, reg prometheus.Gatherer, n float64, done <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

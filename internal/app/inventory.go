@@ -58,7 +58,19 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 	if cfg.NATS.URL == "" {
 		return errors.New("inventory serve publishes to the NATS the agents use: set nats.url")
 	}
-	reg := obs.NewRegistry()
+	return runInventoryServe(ctx, cfg, log, obs.NewRegistry(), obs.NewReadiness())
+}
+
+// runInventoryServe is RunInventoryServe with the registry and readiness
+// given (tests read them).
+func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger, reg *obs.Registry, ready *obs.Readiness) error {
+	outer := ctx
+	ready.Add("process", func() error {
+		if outer.Err() != nil {
+			return errors.New("shutting down")
+		}
+		return nil
+	})
 	var src invserve.Source
 	if cfg.Inventory.Provider == "openstack" {
 		p, err := openstack.New(cfg.Inventory.OpenStackConfig(), log, reg)
@@ -86,6 +98,12 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 		return err
 	}
 	defer nc.Close()
+	ready.Add("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("not connected (%s)", natsStatus(nc))
+		}
+		return nil
+	})
 	jsc, err := js.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -103,7 +121,7 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 	}
 	defer svc.Close()
 	if cfg.Metrics.Listen != "" {
-		srv, err := obs.Listen(cfg.Metrics.Listen, reg, map[string]http.Handler{
+		srv, err := obs.Listen(cfg.Metrics.Listen, reg, obs.ServerOptions{Ready: ready, Pprof: cfg.Metrics.Pprof, Extra: map[string]http.Handler{
 			"/-/inventory/confirm": confirmHandler(func() (bool, bool) { return true, svc.ConfirmDrop() }),
 			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method != http.MethodPost {
@@ -115,7 +133,7 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 				}
 				_, _ = io.WriteString(w, "inventory refresh requested\n")
 			}),
-		})
+		}})
 		if err != nil {
 			return err
 		}

@@ -85,6 +85,9 @@ type CollectorConfig struct {
 type MetricsConfig struct {
 	// Listen is the address of /metrics (default 127.0.0.1:9464; "" disables).
 	Listen string `yaml:"listen"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on Listen (default
+	// false: profiles show code paths and cost CPU; enable to debug).
+	Pprof bool `yaml:"pprof"`
 }
 
 // LogConfig is the `log:` section.

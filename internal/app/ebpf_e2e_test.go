@@ -68,6 +68,7 @@ func TestRunEBPFConservation(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runAll(ctx, cfg, rt) }()
 	waitAttached(t, rt.reg, 2, done)
+	interfaceLossAtZero(t, rt.reg, a.Tap, b.Tap) // before any traffic
 
 	payload := runLabTraffic(t, a, b)
 	time.Sleep(time.Second) // meter intervals without traffic: zero deltas still tile time

@@ -1,6 +1,23 @@
 package transport
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ConnectedGauge is tapflow_nats_connected: 1 while nc is connected, 0
+// while it reconnects or is closed (the NATS-disconnected alert).
+func ConnectedGauge(nc *nats.Conn) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tapflow_nats_connected",
+		Help: "1 while the process's NATS connection is up, 0 while it reconnects (batches go to the spool meanwhile).",
+	}, func() float64 {
+		if nc.IsConnected() {
+			return 1
+		}
+		return 0
+	})
+}
 
 // ConnMetrics counts what the server refuses on an established connection.
 type ConnMetrics struct {

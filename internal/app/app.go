@@ -259,6 +259,7 @@ func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsM
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	nc := rt.nc
+	rt.reg.MustRegister(transport.ConnectedGauge(nc))
 	var streamsReady atomic.Bool
 	rt.ready.Add("nats", func() error {
 		if !nc.IsConnected() {

@@ -98,6 +98,7 @@ func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger,
 		return err
 	}
 	defer nc.Close()
+	reg.MustRegister(transport.ConnectedGauge(nc))
 	ready.Add("nats", func() error {
 		if !nc.IsConnected() {
 			return fmt.Errorf("not connected (%s)", natsStatus(nc))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tapflow/tapflow/bpf"
+	dashboards "github.com/tapflow/tapflow/deploy/grafana"
+	promrules "github.com/tapflow/tapflow/deploy/prometheus"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -437,4 +440,49 @@ func interfaceLossAtZero(t *testing.T, reg prometheus.Gatherer, ifnames ...strin
 			}
 		}
 	}
+}
+
+// TestDashboardsAndRulesUseExposedMetrics: every tapflow_* name in the
+// alert and recording rules (expressions and annotations), in their unit
+// tests' input series and in the Grafana dashboards is registered by a
+// process of the binary, so a renamed metric cannot leave a dashboard
+// blank or an alert silent.
+func TestDashboardsAndRulesUseExposedMetrics(t *testing.T) {
+	exposed := map[string]bool{}
+	for _, p := range allProcesses(t) {
+		for _, n := range p.names {
+			exposed[n] = true
+		}
+	}
+	if bpf.CheckKernel() != nil {
+		t.Skip("not root: the eBPF agent's metrics cannot be listed, so capture names cannot be checked")
+	}
+	files := map[string][]byte{"deploy/prometheus/tapflow-rules.yml": promrules.Rules, "deploy/prometheus/tests/tapflow-rules.test.yml": promrules.Tests}
+	ds, err := fs.Glob(dashboards.Files, "*.json")
+	if err != nil || len(ds) == 0 {
+		t.Fatalf("no dashboards: %v", err)
+	}
+	for _, n := range ds {
+		b, err := dashboards.Files.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["deploy/grafana/"+n] = b
+	}
+	used := 0
+	for file, text := range files {
+		for _, name := range promrules.MetricNames(text) {
+			used++
+			base := name
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(name, suf); ok && exposed[b] {
+					base = b
+				}
+			}
+			if !exposed[base] {
+				t.Errorf("%s uses %s, which no tapflow process exposes", file, name)
+			}
+		}
+	}
+	t.Logf("%d metric names used across %d files, all exposed (%d exposed in all)", used, len(files), len(exposed))
 }

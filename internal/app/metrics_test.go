@@ -469,6 +469,27 @@ func TestDashboardsAndRulesUseExposedMetrics(t *testing.T) {
 		}
 		files["deploy/grafana/"+n] = b
 	}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	for _, d := range append(docs, "../../README.md") {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[strings.TrimPrefix(d, "../../")] = b
+	}
+	// docs/operations.md documents every metric the binary exposes.
+	documented := map[string]bool{}
+	for _, n := range promrules.MetricNames(files["docs/operations.md"]) {
+		documented[n] = true
+	}
+	for n := range exposed {
+		if strings.HasPrefix(n, "tapflow_") && !documented[n] {
+			t.Errorf("docs/operations.md, Metrics: %s is exposed but not documented", n)
+		}
+	}
 	used := 0
 	for file, text := range files {
 		for _, name := range promrules.MetricNames(text) {

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"fmt"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,17 +29,19 @@ type ConnMetrics struct {
 	PermissionViolations prometheus.Counter
 }
 
-// NewConnMetrics returns the counters, at 0.
-func NewConnMetrics() *ConnMetrics {
-	return &ConnMetrics{PermissionViolations: prometheus.NewCounter(prometheus.CounterOpts{
+// NewConnMetrics returns the counters, at 0, registered on reg (nil:
+// not registered).
+func NewConnMetrics(reg prometheus.Registerer) (*ConnMetrics, error) {
+	m := &ConnMetrics{PermissionViolations: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tapflow_nats_permission_violations_total",
 		Help: "Publishes and subscribes the NATS server refused for this user's permissions (docs/security.md).",
 	})}
-}
-
-// Collectors returns the metrics to register.
-func (m *ConnMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.PermissionViolations}
+	if reg != nil {
+		if err := reg.Register(m.PermissionViolations); err != nil {
+			return nil, fmt.Errorf("nats connection metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *ConnMetrics) permissionViolation() {

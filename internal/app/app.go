@@ -155,8 +155,10 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsMode, body func(context.Context, *runtime) error) error {
 	log := rt.log
 	rt.pm = pipeline.NewMetrics(rt.reg)
-	cfg.NATS.Metrics = transport.NewConnMetrics()
-	rt.reg.MustRegister(cfg.NATS.Metrics.Collectors()...)
+	var err error
+	if cfg.NATS.Metrics, err = transport.NewConnMetrics(rt.reg); err != nil {
+		return err
+	}
 	// Not ready until built, and no longer once the stop begins (before
 	// the agent flushes and the collector drains): a load balancer or
 	// orchestrator stops sending work first.
@@ -219,7 +221,6 @@ func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsM
 		}
 	}
 
-	var err error
 	background := false
 	if cfg.NATS.URL == "" {
 		// Embedded server: `run` always, agent/collector alone too (single box).

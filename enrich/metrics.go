@@ -34,6 +34,12 @@ type metrics struct {
 
 var zoneIndex = [...]snapshot.Zone{snapshot.ZoneExternal, snapshot.ZoneSameTenant, snapshot.ZoneOtherTenant, snapshot.ZoneInfra, snapshot.ZoneMiss, snapshot.ZoneShared, snapshot.ZoneMulticast}
 
+// anomalyClasses are the values of tapflow_attribution_anomalies_total{class}.
+var anomalyClasses = []string{snapshot.AnomalyInvalidMAC, snapshot.AnomalyInvalidCIDR, snapshot.AnomalyInvalidIP,
+	snapshot.AnomalyUnknownNetwork, snapshot.AnomalyMissingProject, snapshot.AnomalyDuplicateMAC, snapshot.AnomalyDuplicateRouterMAC,
+	snapshot.AnomalyCycle, snapshot.AnomalyAmbiguity, snapshot.AnomalyMaxHops, snapshot.AnomalyDanglingRoute,
+	snapshot.AnomalyMultiExternalPath, snapshot.AnomalyOctaviaSkipped, snapshot.AnomalyTrunkSkipped}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	guard := inventory.NewGuardMetrics()
 	m := &metrics{
@@ -69,6 +75,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.releasedFlush = m.released.WithLabelValues("flush")
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
+	}
+	// Every class exists at 0, so increase() sees the first anomaly.
+	for _, c := range anomalyClasses {
+		m.anomalies.WithLabelValues(c)
 	}
 	return m, nil
 }

@@ -303,39 +303,8 @@ func (l *Lab) upServers(ctx context.Context) error {
 		if err := l.nsBase(ctx, s.NS, quietIPv6...); err != nil {
 			return err
 		}
-		var gw4, gw6 netip.Addr
-		var dev4, dev6 string
-		for _, p := range s.Ports {
-			if err := l.plug(ctx, p, true); err != nil {
-				return err
-			}
-			for _, a := range p.IPs {
-				g := a.Subnet.Gateway
-				if !g.IsValid() {
-					continue
-				}
-				if g.Is4() && !gw4.IsValid() {
-					gw4, dev4 = g, p.Dev
-				}
-				if g.Is6() && !gw6.IsValid() {
-					gw6, dev6 = g, p.Dev
-				}
-			}
-		}
-		if gw4.IsValid() {
-			if err := l.ip(ctx, s.NS, "route", "add", "default", "via", gw4.String(), "dev", dev4); err != nil {
-				return err
-			}
-		}
-		if gw6.IsValid() {
-			if err := l.ip(ctx, s.NS, "-6", "route", "add", "default", "via", gw6.String(), "dev", dev6); err != nil {
-				return err
-			}
-		}
-		for _, rt := range s.Routes {
-			if err := l.ip(ctx, s.NS, "route", "add", rt.Dst.String(), "via", rt.NextHop.String()); err != nil {
-				return err
-			}
+		if err := l.wireServer(ctx, s); err != nil {
+			return err
 		}
 		for _, a := range s.Loopback {
 			if err := l.ip(ctx, s.NS, "addr", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", "lo"); err != nil {
@@ -344,6 +313,47 @@ func (l *Lab) upServers(ctx context.Context) error {
 		}
 		port := strconv.Itoa(TCPPort)
 		if err := l.serve(s.NS, "vm-"+s.Name, "--tcp", "[::]:"+port, "--udp", "[::]:"+port, "--http", "[::]:"+strconv.Itoa(HTTPPort)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wireServer plugs a server's ports (veths, MACs, addresses) and adds its
+// default and in-guest routes: at Up, and again when a scenario plugs it
+// back (events.go).
+func (l *Lab) wireServer(ctx context.Context, s *Server) error {
+	var gw4, gw6 netip.Addr
+	var dev4, dev6 string
+	for _, p := range s.Ports {
+		if err := l.plug(ctx, p, true); err != nil {
+			return err
+		}
+		for _, a := range p.IPs {
+			g := a.Subnet.Gateway
+			if !g.IsValid() {
+				continue
+			}
+			if g.Is4() && !gw4.IsValid() {
+				gw4, dev4 = g, p.Dev
+			}
+			if g.Is6() && !gw6.IsValid() {
+				gw6, dev6 = g, p.Dev
+			}
+		}
+	}
+	if gw4.IsValid() {
+		if err := l.ip(ctx, s.NS, "route", "add", "default", "via", gw4.String(), "dev", dev4); err != nil {
+			return err
+		}
+	}
+	if gw6.IsValid() {
+		if err := l.ip(ctx, s.NS, "-6", "route", "add", "default", "via", gw6.String(), "dev", dev6); err != nil {
+			return err
+		}
+	}
+	for _, rt := range s.Routes {
+		if err := l.ip(ctx, s.NS, "route", "add", rt.Dst.String(), "via", rt.NextHop.String()); err != nil {
 			return err
 		}
 	}

@@ -1101,10 +1101,14 @@ func (r *resolver) checkUnique() {
 		if p.HostDev == "" {
 			continue
 		}
-		if o := macs[p.MAC.String()]; o != nil {
-			r.fail("servers", p.Name, "MAC %s is used by two ports (%s and %s)", p.MAC, o.ID, p.ID)
+		// Neutron keeps MACs unique per network; another network may reuse
+		// one (scenario mac-reuse: another project's port with a MAC
+		// another port released).
+		key := p.Net.ID + "/" + p.MAC.String()
+		if o := macs[key]; o != nil {
+			r.fail("servers", p.Name, "MAC %s is used by two ports of network %s (%s and %s)", p.MAC, p.Net.Name, o.ID, p.ID)
 		}
-		macs[p.MAC.String()] = p
+		macs[key] = p
 		if devs[p.HostDev] {
 			r.fail("servers", p.Name, "device name %s is not unique; rename an object", p.HostDev)
 		}

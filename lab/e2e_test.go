@@ -307,6 +307,22 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			t.Errorf("vm2 sent %d bytes in records that started after its port was removed; %d of them still attributed to acme/same_tenant (want ≥ 512KiB, all)", late, kept)
 		}
 	},
+	"mac-reuse": func(t *testing.T, out *lab.Outcome) {
+		// Every record of a tap belongs to the project of the port that
+		// owned the MAC while the tap lived: a1's last records (leaving the
+		// kernel as its tap went, with b1's port already created) are
+		// acme's, b1's never acme's.
+		owner := map[string]string{}
+		for name, proj := range map[string]string{"a1": "acme", "a2": "acme", "b1": "globex", "b2": "globex"} {
+			owner[out.Cloud.Server(name).Ports[0].HostDev] = out.Cloud.Project(proj).ID
+		}
+		for _, f := range out.Flows {
+			if want, ok := owner[f.Ifname]; ok && f.TenantID != want {
+				t.Errorf("record on %s (%s %s → %s, %d bytes, vm_mac %s) is tenant %s zone %s, want %s", f.Ifname, f.Direction,
+					f.SrcIP, f.DstIP, f.Bytes, f.VMMAC, f.TenantID, f.Zone, want)
+			}
+		}
+	},
 	"extraroute-appliance": extrarouteAnomalies,
 	"extraroute-dangling":  extrarouteAnomalies,
 }

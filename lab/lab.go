@@ -47,6 +47,7 @@ type Lab struct {
 	reg     *Registration // nil: the lab's own static inventory
 	present map[string]bool
 	procs   map[string]chan struct{} // spawned processes by name, closed at exit
+	pipes   []*Pipeline              // started by StartPipeline: plug waits for their attach
 }
 
 // stateMarker marks a state directory as the lab's own.

@@ -36,6 +36,7 @@ type Pipeline struct {
 	logPath string
 	cfgPath string
 	fwd     *loopbackForwarder // registered labs: the APIs, reachable in the hypervisor namespace
+	ns      string             // the namespace it captures in
 }
 
 // PipelineConfig is the tapflow config the lab runs with: source ebpf on
@@ -87,7 +88,8 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"), done: make(chan struct{})}
+	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"), done: make(chan struct{}),
+		ns: l.Cloud.HVNS()}
 	if err := os.WriteFile(p.cfgPath, []byte(l.PipelineConfig(abs, o.ExtraConfig)), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
@@ -135,6 +137,9 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 		}
 		if missing == 0 {
 			l.log.Info("tapflow run attached", "taps", len(want), "log", p.logPath)
+			l.mu.Lock()
+			l.pipes = append(l.pipes, p)
+			l.mu.Unlock()
 			return p, nil
 		}
 		select {

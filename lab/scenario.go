@@ -58,6 +58,10 @@ type Step struct {
 	// Failover stops keepalived on the amphora holding the VIP of this
 	// load balancer and waits for the other to take it.
 	Failover string `yaml:"failover"`
+	// Unplug deletes a server's taps (Nova deleting the VM); Plug
+	// recreates them and waits for tapflow to attach (events.go).
+	Unplug string `yaml:"unplug"`
+	Plug   string `yaml:"plug"`
 }
 
 func (s Step) String() string {
@@ -76,6 +80,10 @@ func (s Step) String() string {
 		return "remove " + s.Remove
 	case s.Failover != "":
 		return "failover " + s.Failover
+	case s.Unplug != "":
+		return "unplug " + s.Unplug
+	case s.Plug != "":
+		return "plug " + s.Plug
 	}
 	return "(empty step)"
 }
@@ -164,13 +172,14 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	}
 	for i, s := range sc.Steps {
 		n := 0
-		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != ""} {
+		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "",
+			s.Unplug != "", s.Plug != ""} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug", name, i)
 		}
 	}
 	// Resolve now, so a bad name fails before anything is built.
@@ -184,7 +193,7 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: %w", name, i, err)
 			}
 		}
-		for _, srv := range []string{s.Add, s.Remove} {
+		for _, srv := range []string{s.Add, s.Remove, s.Unplug, s.Plug} {
 			if srv != "" && l.Cloud.Server(srv) == nil {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: no server %q", name, i, srv)
 			}
@@ -517,6 +526,10 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.SetPresent(s.Remove, false)
 		case s.Failover != "":
 			_, _, err = l.Failover(ctx, s.Failover)
+		case s.Unplug != "":
+			err = l.Unplug(ctx, s.Unplug)
+		case s.Plug != "":
+			err = l.Plug(ctx, s.Plug)
 		}
 		if err != nil {
 			if bg != nil {

@@ -79,15 +79,31 @@ type Port struct {
 	IPs         []FixedIP
 	Owner       string // device_owner
 	DeviceID    string
-	Project     *Project // nil: no project (router gateway)
-	HostDev     string   // device in the hypervisor namespace ("" when not plugged)
-	NS          string   // namespace of the other end
-	Dev         string   // device name inside NS
-	Inventory   bool     // written to the inventory file
-	AddrPairs   []netip.Addr
+	Project     *Project         // nil: no project (router gateway)
+	HostDev     string           // device in the hypervisor namespace ("" when not plugged)
+	NS          string           // namespace of the other end
+	Dev         string           // device name inside NS
+	Inventory   bool             // written to the inventory file
+	AddrPairs   []netip.Addr     // allowed address pairs with the port's MAC
+	MACPairs    []MACPair        // allowed address pairs with their own MAC (topology allowed_address_pairs)
+	WireMAC     net.HardwareAddr // the guest device's MAC when not the port's (nil: MAC)
 	FIP         *FIP
 	instance    bool
 	serverIndex int
+}
+
+// MACPair is an allowed address pair with its own MAC.
+type MACPair struct {
+	Addr netip.Prefix
+	MAC  net.HardwareAddr
+}
+
+// GuestMAC is the MAC the guest's device uses on the wire.
+func (p *Port) GuestMAC() net.HardwareAddr {
+	if p.WireMAC != nil {
+		return p.WireMAC
+	}
+	return p.MAC
 }
 
 // Tap reports whether the port is an instance port seen by the capture.
@@ -793,6 +809,34 @@ func (r *resolver) servers() {
 				} else {
 					p.MAC = m
 				}
+			}
+			if ps.WireMAC != "" {
+				m, err := net.ParseMAC(ps.WireMAC)
+				if err != nil || len(m) != 6 || m[0]&1 == 1 {
+					r.fail(ppath, ss.Name, "wire_mac %q is not a unicast Ethernet MAC", ps.WireMAC)
+				} else {
+					p.WireMAC = m
+				}
+			}
+			for k, ap := range ps.AddressPairs {
+				apath := fmt.Sprintf("%s.allowed_address_pairs[%d]", ppath, k)
+				pair := MACPair{MAC: p.MAC}
+				if pf, err := netip.ParsePrefix(ap.IPAddress); err == nil {
+					pair.Addr = pf
+				} else if a, err := netip.ParseAddr(ap.IPAddress); err == nil {
+					pair.Addr = netip.PrefixFrom(a, a.BitLen())
+				} else {
+					r.fail(apath, ss.Name, "ip_address %q is not an address or CIDR", ap.IPAddress)
+				}
+				if ap.MACAddress != "" {
+					m, err := net.ParseMAC(ap.MACAddress)
+					if err != nil || len(m) != 6 || m[0]&1 == 1 {
+						r.fail(apath, ss.Name, "mac_address %q is not a unicast Ethernet MAC", ap.MACAddress)
+					} else {
+						pair.MAC = m
+					}
+				}
+				p.MACPairs = append(p.MACPairs, pair)
 			}
 			if len(ps.IPs) > 0 {
 				r.parseAddrs(ppath, "server "+s.Name, p, ps.IPs)

@@ -62,6 +62,13 @@ func (c *Cloud) Inventory(present map[string]bool) *inventory.Inventory {
 		for _, a := range p.AddrPairs {
 			ip.AllowedAddressPairs = append(ip.AllowedAddressPairs, inventory.AddressPair{IPAddress: a.String(), MACAddress: p.MAC.String()})
 		}
+		for _, a := range p.MACPairs {
+			ap := a.Addr.String()
+			if a.Addr.IsSingleIP() {
+				ap = a.Addr.Addr().String()
+			}
+			ip.AllowedAddressPairs = append(ip.AllowedAddressPairs, inventory.AddressPair{IPAddress: ap, MACAddress: a.MAC.String()})
+		}
 		inv.Ports = append(inv.Ports, ip)
 	}
 	for _, r := range c.Routers {

@@ -107,6 +107,18 @@ type PortSpec struct {
 	// Inventory false leaves the port (and its server) out of the
 	// inventory file: an unknown VM, until the scenario adds it.
 	Inventory *bool `yaml:"inventory"`
+	// WireMAC is the MAC the guest's device really uses when it differs
+	// from the port's (a VRRP virtual MAC, a spoofed MAC).
+	WireMAC string `yaml:"wire_mac"`
+	// AddressPairs are the port's allowed_address_pairs (mac_address
+	// default: the port's MAC).
+	AddressPairs []AddressPairSpec `yaml:"allowed_address_pairs"`
+}
+
+// AddressPairSpec is one allowed address pair of a port.
+type AddressPairSpec struct {
+	IPAddress  string `yaml:"ip_address"`
+	MACAddress string `yaml:"mac_address"`
 }
 
 // FIPSpec is a floating IP: `floating_ip: public` or

@@ -132,7 +132,7 @@ func (l *Lab) plug(ctx context.Context, p *Port, v6 bool) error {
 	if err := l.ip(ctx, hv, "link", "set", p.HostDev, "master", p.Net.Bridge, "up"); err != nil {
 		return err
 	}
-	if err := l.ip(ctx, p.NS, "link", "set", p.Dev, "address", p.MAC.String()); err != nil {
+	if err := l.ip(ctx, p.NS, "link", "set", p.Dev, "address", p.GuestMAC().String()); err != nil {
 		return err
 	}
 	for _, a := range p.IPs {

@@ -3,6 +3,9 @@ package lab
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -91,4 +94,72 @@ func (l *Lab) waitAttached(ctx context.Context, before map[*Pipeline]map[string]
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Regateway moves a router's external gateway to another external network
+// (Neutron's router update of external_gateway_info): a new gateway port
+// and address there, the old qg- device deleted, the default route and
+// SNAT moved, the inventory rewritten. Routers with floating IPs are
+// refused, as Neutron refuses them while the floating IPs use the old
+// network.
+func (l *Lab) Regateway(ctx context.Context, router, network string) error {
+	c := l.Cloud
+	r, n := c.Router(router), c.Network(network)
+	switch {
+	case r == nil:
+		return fmt.Errorf("lab: regateway: no router %q", router)
+	case n == nil || !n.External:
+		return fmt.Errorf("lab: regateway %s: %q is not an external network of the topology", router, network)
+	case len(r.FIPs) > 0:
+		return fmt.Errorf("lab: regateway %s: the router carries floating IPs on %s; Neutron refuses to move its gateway", router, r.Gateway.Name)
+	case l.reg != nil:
+		return fmt.Errorf("lab: regateway %s: a registered lab's router is OpenStack's; update it there", router)
+	case r.Gateway == n:
+		return nil
+	}
+	var sn *Subnet
+	for _, s := range n.Subnets {
+		if s.Prefix.Addr().Is4() && s.Gateway.IsValid() {
+			sn = s
+			break
+		}
+	}
+	if sn == nil {
+		return fmt.Errorf("lab: regateway %s: network %s has no IPv4 subnet with a gateway", router, network)
+	}
+	id := uuid("port", "router-gw/"+r.Name+"/"+n.Name)
+	p := &Port{ID: id, Net: n, Owner: "network:router_gateway", DeviceID: r.ID, Inventory: true, MAC: portMAC(id),
+		HostDev: "qgh" + id[:11], NS: r.NS, Dev: "qg-" + id[:11]}
+	a, ok := sn.alloc("router " + r.Name + " gateway")
+	if !ok {
+		return fmt.Errorf("lab: regateway %s: subnet %s is full", router, sn.Prefix)
+	}
+	p.IPs = []FixedIP{{Subnet: sn, Addr: a}}
+	old := r.GwPort
+	if old != nil {
+		if err := l.ip(ctx, c.HVNS(), "link", "del", old.HostDev); err != nil {
+			return fmt.Errorf("lab: regateway %s: %w", router, err)
+		}
+	}
+	if err := l.plug(ctx, p, false); err != nil {
+		return fmt.Errorf("lab: regateway %s: %w", router, err)
+	}
+	if err := l.ip(ctx, r.NS, "route", "replace", "default", "via", sn.Gateway.String(), "dev", p.Dev); err != nil {
+		return fmt.Errorf("lab: regateway %s: %w", router, err)
+	}
+	l.mu.Lock()
+	r.Gateway, r.GwPort = n, p
+	c.Ports = append(slices.DeleteFunc(c.Ports, func(q *Port) bool { return q == old }), p)
+	present := maps(l.present)
+	l.mu.Unlock()
+	// SNAT to the new address (the old table replaced whole).
+	rules := "delete table ip tapflow_lab\n" + l.routerNFT(r)
+	path := filepath.Join(l.dir, "nft-"+r.Name+".conf")
+	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if _, err := l.nsexec(ctx, r.NS, "nft", "-f", path); err != nil {
+		return fmt.Errorf("lab: regateway %s: %w", router, err)
+	}
+	return c.WriteInventory(l.InventoryPath(), present)
 }

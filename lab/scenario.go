@@ -62,6 +62,15 @@ type Step struct {
 	// recreates them and waits for tapflow to attach (events.go).
 	Unplug string `yaml:"unplug"`
 	Plug   string `yaml:"plug"`
+	// Regateway moves a router's external gateway to another external
+	// network (Neutron router update).
+	Regateway *RegatewayStep `yaml:"regateway"`
+}
+
+// RegatewayStep names the router and its new external network.
+type RegatewayStep struct {
+	Router  string `yaml:"router"`
+	Network string `yaml:"network"`
 }
 
 func (s Step) String() string {
@@ -84,6 +93,8 @@ func (s Step) String() string {
 		return "unplug " + s.Unplug
 	case s.Plug != "":
 		return "plug " + s.Plug
+	case s.Regateway != nil:
+		return "regateway " + s.Regateway.Router + " → " + s.Regateway.Network
 	}
 	return "(empty step)"
 }
@@ -173,13 +184,13 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	for i, s := range sc.Steps {
 		n := 0
 		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "",
-			s.Unplug != "", s.Plug != ""} {
+			s.Unplug != "", s.Plug != "", s.Regateway != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway", name, i)
 		}
 	}
 	// Resolve now, so a bad name fails before anything is built.
@@ -196,6 +207,14 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 		for _, srv := range []string{s.Add, s.Remove, s.Unplug, s.Plug} {
 			if srv != "" && l.Cloud.Server(srv) == nil {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: no server %q", name, i, srv)
+			}
+		}
+		if g := s.Regateway; g != nil {
+			if l.Cloud.Router(g.Router) == nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: regateway: no router %q", name, i, g.Router)
+			}
+			if n := l.Cloud.Network(g.Network); n == nil || !n.External {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: regateway: %q is not an external network", name, i, g.Network)
 			}
 		}
 		if s.Failover != "" && l.Cloud.LB(s.Failover) == nil {
@@ -530,6 +549,8 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.Unplug(ctx, s.Unplug)
 		case s.Plug != "":
 			err = l.Plug(ctx, s.Plug)
+		case s.Regateway != nil:
+			err = l.Regateway(ctx, s.Regateway.Router, s.Regateway.Network)
 		}
 		if err != nil {
 			if bg != nil {

@@ -27,6 +27,9 @@ type Cloud struct {
 	LBs      []*LB
 	FIPs     []*FIP
 	Internet *Internet
+	// Hypervisors are the namespaces of the compute nodes beyond the
+	// first (HVNS), in topology order.
+	Hypervisors []string
 	// Octavia's service project and management network (nil without LBs).
 	ServiceProject *Project
 	MgmtNet        *Network
@@ -90,6 +93,15 @@ type Port struct {
 	FIP         *FIP
 	instance    bool
 	serverIndex int
+	hostNS      string // hypervisor namespace of HostDev ("": HVNS)
+}
+
+// HostNS is the hypervisor namespace holding the port's host device.
+func (p *Port) HostNS(c *Cloud) string {
+	if p.hostNS != "" {
+		return p.hostNS
+	}
+	return c.HVNS()
 }
 
 // MACPair is an allowed address pair with its own MAC.
@@ -215,9 +227,17 @@ type Internet struct {
 func (c *Cloud) HVNS() string                { return c.Prefix + "-hv" }
 func (c *Cloud) ns(kind, name string) string { return c.Prefix + "-" + kind + "-" + name }
 
-// Namespaces lists every namespace of the lab, the hypervisor's first.
+// HypervisorNS is the namespace of hypervisor name ("" or "hv": the first).
+func (c *Cloud) HypervisorNS(name string) string {
+	if name == "" || name == "hv" {
+		return c.HVNS()
+	}
+	return c.ns("hv", name)
+}
+
+// Namespaces lists every namespace of the lab, the hypervisors' first.
 func (c *Cloud) Namespaces() []string {
-	out := []string{c.HVNS()}
+	out := append([]string{c.HVNS()}, c.Hypervisors...)
 	if c.Internet != nil {
 		out = append(out, c.Internet.NS)
 	}
@@ -372,6 +392,7 @@ func Resolve(t *Topology, prefix string) (*Cloud, error) {
 		r.internet()
 		r.routers()
 		r.dhcp()
+		r.hypervisors()
 		r.servers()
 		r.lbs()
 		r.fips()
@@ -770,6 +791,22 @@ func (r *resolver) dhcp() {
 	}
 }
 
+func (r *resolver) hypervisors() {
+	seen := map[string]bool{"hv": true}
+	for i, h := range r.t.Hypervisors {
+		path := fmt.Sprintf("hypervisors[%d]", i)
+		switch {
+		case !nameRE.MatchString(h) || len(h) > 8:
+			r.fail(path, h, "hypervisor name must match %s and have at most 8 characters", nameRE)
+		case seen[h]:
+			r.fail(path, h, "duplicate hypervisor name (hv is the implicit first one)")
+		default:
+			seen[h] = true
+			r.c.Hypervisors = append(r.c.Hypervisors, r.c.HypervisorNS(h))
+		}
+	}
+}
+
 func (r *resolver) servers() {
 	c := r.c
 	for i, ss := range r.t.Servers {
@@ -784,6 +821,12 @@ func (r *resolver) servers() {
 		}
 		s := &Server{Name: ss.Name, ID: uuid("server", ss.Name), NS: c.ns("vm", ss.Name)}
 		s.Project = r.project(path, ss.Name, ss.Project)
+		host := ""
+		if ss.Host != "" && ss.Host != "hv" {
+			if host = c.HypervisorNS(ss.Host); !slices.Contains(c.Hypervisors, host) {
+				r.fail(path, ss.Name, "host %q is not a hypervisor of the topology (hypervisors: %v, and hv)", ss.Host, r.t.Hypervisors)
+			}
+		}
 		c.servers[s.Name] = s
 		c.Servers = append(c.Servers, s)
 		if len(ss.Ports) == 0 {
@@ -799,6 +842,7 @@ func (r *resolver) servers() {
 			p.Name = s.Name + "-port" + strconv.Itoa(j)
 			p.instance, p.serverIndex = true, j
 			p.HostDev, p.NS, p.Dev = "tap"+p.ID[:11], s.NS, "eth"+strconv.Itoa(j)
+			p.hostNS = host
 			if ps.Inventory != nil && !*ps.Inventory {
 				p.Inventory = false
 			}

@@ -323,6 +323,27 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			}
 		}
 	},
+	"live-migration": func(t *testing.T, out *lab.Outcome) {
+		// vm1's upload is in both agents' records: before the move on hv's,
+		// after it on hv2's (and at least 512 KiB on each).
+		tap := out.Cloud.Server("vm1").Ports[0].HostDev
+		vm2 := out.Cloud.Server("vm2").Ports[0].V4().String()
+		per := map[string]int64{}
+		for _, f := range out.Flows {
+			if f.Ifname == tap && f.Direction == "tx" && f.DstIP == vm2 {
+				per[f.AgentID] += f.Bytes
+			}
+		}
+		t.Logf("vm1's upload per agent: %v", per)
+		if len(per) != 2 {
+			t.Fatalf("vm1's upload is in the records of %d agents (%v), want 2", len(per), per)
+		}
+		for a, b := range per {
+			if b < 512<<10 {
+				t.Errorf("agent %s recorded %d bytes of vm1's upload, want ≥ 512KiB on each side of the move", a, b)
+			}
+		}
+	},
 	"extraroute-appliance": extrarouteAnomalies,
 	"extraroute-dangling":  extrarouteAnomalies,
 }

@@ -26,7 +26,7 @@ func (l *Lab) Unplug(ctx context.Context, server string) error {
 		return fmt.Errorf("lab: server %q is not in the topology", server)
 	}
 	for _, p := range s.Ports {
-		if err := l.ip(ctx, l.Cloud.HVNS(), "link", "del", p.HostDev); err != nil {
+		if err := l.ip(ctx, p.HostNS(l.Cloud), "link", "del", p.HostDev); err != nil {
 			return fmt.Errorf("lab: unplug %s: %w", server, err)
 		}
 	}
@@ -40,7 +40,8 @@ func (l *Lab) Plug(ctx context.Context, server string) error {
 	if s == nil {
 		return fmt.Errorf("lab: server %q is not in the topology", server)
 	}
-	before := l.attachCounts()
+	ns := s.Ports[0].HostNS(l.Cloud)
+	before := l.attachCounts(ns)
 	if err := l.wireServer(ctx, s); err != nil {
 		return fmt.Errorf("lab: plug %s: %w", server, err)
 	}
@@ -48,16 +49,46 @@ func (l *Lab) Plug(ctx context.Context, server string) error {
 	for _, p := range s.Ports {
 		devs = append(devs, p.HostDev)
 	}
-	return l.waitAttached(ctx, before, devs)
+	return l.waitAttached(ctx, ns, before, devs)
 }
 
-// attachCounts counts, per pipeline, the "attached" log lines per device.
-func (l *Lab) attachCounts() map[*Pipeline]map[string]int {
+// Migrate moves a server to another hypervisor as a live migration looks
+// from the network: its taps vanish on the source and appear on the
+// destination (same port, MAC and addresses; the guest keeps running and
+// its connections survive the gap). It returns once the destination's
+// tapflow attached the taps.
+func (l *Lab) Migrate(ctx context.Context, server, to string) error {
+	s := l.Cloud.Server(server)
+	if s == nil {
+		return fmt.Errorf("lab: server %q is not in the topology", server)
+	}
+	dst := l.Cloud.HypervisorNS(to)
+	if dst != l.Cloud.HVNS() && !slices.Contains(l.Cloud.Hypervisors, dst) {
+		return fmt.Errorf("lab: migrate %s: %q is not a hypervisor of the topology", server, to)
+	}
+	if s.Ports[0].HostNS(l.Cloud) == dst {
+		return fmt.Errorf("lab: migrate %s: it already runs on %s", server, to)
+	}
+	if err := l.Unplug(ctx, server); err != nil {
+		return err
+	}
+	for _, p := range s.Ports {
+		p.hostNS = dst
+	}
+	return l.Plug(ctx, server)
+}
+
+// attachCounts counts, per pipeline capturing in namespace ns, the
+// "attached" log lines per device.
+func (l *Lab) attachCounts(ns string) map[*Pipeline]map[string]int {
 	l.mu.Lock()
 	pipes := append([]*Pipeline(nil), l.pipes...)
 	l.mu.Unlock()
 	out := map[*Pipeline]map[string]int{}
 	for _, p := range pipes {
+		if p.ns != ns {
+			continue
+		}
 		n := map[string]int{}
 		for _, e := range readLog(p.logPath) {
 			if e.Msg == "attached" {
@@ -71,11 +102,11 @@ func (l *Lab) attachCounts() map[*Pipeline]map[string]int {
 
 // waitAttached waits until every pipeline logged one more "attached" for
 // each of devs than in before.
-func (l *Lab) waitAttached(ctx context.Context, before map[*Pipeline]map[string]int, devs []string) error {
+func (l *Lab) waitAttached(ctx context.Context, ns string, before map[*Pipeline]map[string]int, devs []string) error {
 	deadline := time.Now().Add(attachTimeout)
 	for {
 		missing := ""
-		for p, n := range l.attachCounts() {
+		for p, n := range l.attachCounts(ns) {
 			for _, d := range devs {
 				if n[d] <= before[p][d] {
 					missing = d

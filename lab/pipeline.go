@@ -25,6 +25,9 @@ type PipelineOptions struct {
 	DataDir string
 	// ExtraConfig is appended to the generated config (YAML).
 	ExtraConfig string
+	// Hypervisor is the namespace to capture in (default: the first
+	// hypervisor's); each hypervisor's agent has its own node name.
+	Hypervisor string
 }
 
 // Pipeline is a running `tapflow run` capturing the lab's taps.
@@ -43,6 +46,14 @@ type Pipeline struct {
 // tap* in the hypervisor namespace, the lab's inventory file, short
 // capture timeouts (active 2s, idle 2s) and 1 s meters.
 func (l *Lab) PipelineConfig(dataDir, extra string) string {
+	return l.pipelineConfig(dataDir, extra, l.Cloud.HVNS())
+}
+
+func (l *Lab) pipelineConfig(dataDir, extra, hv string) string {
+	node := l.Cloud.Prefix
+	if hv != l.Cloud.HVNS() {
+		node = hv // another compute node: an agent_id of its own
+	}
 	inv := fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
 	if l.reg != nil {
 		// A registered lab: the objects come from the real APIs.
@@ -71,7 +82,7 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, inv, extra)
+%s`, l.Cloud.Prefix, node, dataDir, inv, extra)
 }
 
 // StartPipeline starts `tapflow run` inside the hypervisor namespace (the
@@ -88,9 +99,13 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	if err != nil {
 		return nil, err
 	}
+	hv := o.Hypervisor
+	if hv == "" {
+		hv = l.Cloud.HVNS()
+	}
 	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"), done: make(chan struct{}),
-		ns: l.Cloud.HVNS()}
-	if err := os.WriteFile(p.cfgPath, []byte(l.PipelineConfig(abs, o.ExtraConfig)), 0o644); err != nil {
+		ns: hv}
+	if err := os.WriteFile(p.cfgPath, []byte(l.pipelineConfig(abs, o.ExtraConfig, hv)), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	logf, err := os.Create(p.logPath)
@@ -99,12 +114,12 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	}
 	defer logf.Close()
 	if l.reg != nil {
-		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), l.reg.Endpoints, l.log); err != nil {
+		if p.fwd, err = forwardLoopback(hv, l.reg.Endpoints, l.log); err != nil {
 			return nil, err
 		}
 	}
 	argv := o.Command.argv("run", "--config", p.cfgPath)
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", l.Cloud.HVNS()}, argv...)...)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", hv}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(os.Environ(), o.Command.Env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -119,7 +134,9 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	}()
 	want := map[string]bool{}
 	for _, t := range l.Cloud.Taps() {
-		want[t.HostDev] = true
+		if t.HostNS(l.Cloud) == hv {
+			want[t.HostDev] = true
+		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

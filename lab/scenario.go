@@ -65,6 +65,15 @@ type Step struct {
 	// Regateway moves a router's external gateway to another external
 	// network (Neutron router update).
 	Regateway *RegatewayStep `yaml:"regateway"`
+	// Migrate live-migrates a server to another hypervisor (its taps
+	// move; each hypervisor's agent captures its own).
+	Migrate *MigrateStep `yaml:"migrate"`
+}
+
+// MigrateStep names the server and the hypervisor it moves to.
+type MigrateStep struct {
+	Server string `yaml:"server"`
+	To     string `yaml:"to"`
 }
 
 // RegatewayStep names the router and its new external network.
@@ -95,6 +104,8 @@ func (s Step) String() string {
 		return "plug " + s.Plug
 	case s.Regateway != nil:
 		return "regateway " + s.Regateway.Router + " → " + s.Regateway.Network
+	case s.Migrate != nil:
+		return "migrate " + s.Migrate.Server + " → " + s.Migrate.To
 	}
 	return "(empty step)"
 }
@@ -184,13 +195,13 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	for i, s := range sc.Steps {
 		n := 0
 		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "",
-			s.Unplug != "", s.Plug != "", s.Regateway != nil} {
+			s.Unplug != "", s.Plug != "", s.Regateway != nil, s.Migrate != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway, migrate", name, i)
 		}
 	}
 	// Resolve now, so a bad name fails before anything is built.
@@ -215,6 +226,14 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 			}
 			if n := l.Cloud.Network(g.Network); n == nil || !n.External {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: regateway: %q is not an external network", name, i, g.Network)
+			}
+		}
+		if m := s.Migrate; m != nil {
+			if l.Cloud.Server(m.Server) == nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: migrate: no server %q", name, i, m.Server)
+			}
+			if ns := l.Cloud.HypervisorNS(m.To); ns != l.Cloud.HVNS() && !slices.Contains(l.Cloud.Hypervisors, ns) {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: migrate: %q is not a hypervisor of the topology", name, i, m.To)
 			}
 		}
 		if s.Failover != "" && l.Cloud.LB(s.Failover) == nil {
@@ -472,13 +491,31 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		}()
 	}
 	runStart := time.Now()
-	p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir})
-	if err != nil {
-		return nil, err
+	// One agent per hypervisor; the first writes to DataDir, the others to
+	// DataDir/agent-<namespace>.
+	var pipes []*Pipeline
+	stopAll := func() error {
+		var errs []error
+		for _, p := range pipes {
+			errs = append(errs, p.Stop(context.WithoutCancel(ctx)))
+		}
+		return errors.Join(errs...)
 	}
+	for _, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
+		dir := o.DataDir
+		if hv != l.Cloud.HVNS() {
+			dir = filepath.Join(o.DataDir, "agent-"+hv)
+		}
+		p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: dir, Hypervisor: hv})
+		if err != nil {
+			return nil, errors.Join(err, stopAll())
+		}
+		pipes = append(pipes, p)
+	}
+	p := pipes[0]
 	out.StepTimes, err = l.runSteps(ctx, sc.Steps)
 	stepErr := err
-	stopErr := p.Stop(context.WithoutCancel(ctx))
+	stopErr := stopAll()
 	out.RunTime = time.Since(runStart)
 	if err := errors.Join(stepErr, stopErr); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -492,17 +529,37 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 			}
 		}
 	}
-	flows, err := ReadFlows(p.DataDir())
-	if err != nil {
-		return nil, err
+	var flows []schemas.Flow
+	for i, q := range pipes {
+		fl, err := ReadFlows(q.DataDir())
+		if err != nil {
+			return nil, err
+		}
+		// Each agent's records against its own meters: byte-exact per
+		// agent, tap and direction.
+		c, err := RunConservation(fl, q.DataDir(), q.LogPath())
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			out.Conservation = c
+		} else {
+			out.Conservation = out.Conservation.merge(c)
+		}
+		flows = append(flows, fl...)
+	}
+	if len(pipes) > 1 {
+		// No record identity twice across the agents either.
+		out.Conservation.Duplicates = CheckConservation(flows, nil).Duplicates
+		out.Conservation.Source = fmt.Sprintf("%d agents: %s", len(pipes), out.Conservation.Source)
 	}
 	out.Flows, out.Cloud = flows, l.Cloud
 	out.Table = l.Cloud.Table(flows)
 	out.Checks = sc.Evaluate(l.Cloud, flows)
-	if out.Conservation, err = RunConservation(flows, p.DataDir(), p.LogPath()); err != nil {
-		return nil, err
+	for _, q := range pipes[1:] {
+		out.Problems = append(out.Problems, q.Problems()...)
 	}
-	out.Problems = p.Problems()
+	out.Problems = append(p.Problems(), out.Problems...)
 	out.Total = time.Since(start)
 	return out, nil
 }
@@ -551,6 +608,8 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.Plug(ctx, s.Plug)
 		case s.Regateway != nil:
 			err = l.Regateway(ctx, s.Regateway.Router, s.Regateway.Network)
+		case s.Migrate != nil:
+			err = l.Migrate(ctx, s.Migrate.Server, s.Migrate.To)
 		}
 		if err != nil {
 			if bg != nil {

@@ -19,10 +19,14 @@ import (
 type Topology struct {
 	// Projects are Keystone project names. "admin" (owner of networks
 	// without a project) and the Octavia service project are implicit.
-	Projects      []string       `yaml:"projects"`
-	Networks      []NetworkSpec  `yaml:"networks"`
-	Routers       []RouterSpec   `yaml:"routers"`
-	Servers       []ServerSpec   `yaml:"servers"`
+	Projects []string      `yaml:"projects"`
+	Networks []NetworkSpec `yaml:"networks"`
+	Routers  []RouterSpec  `yaml:"routers"`
+	Servers  []ServerSpec  `yaml:"servers"`
+	// Hypervisors names compute nodes beyond the implicit first one
+	// ("hv"); each is a namespace with its own bridges, linked to the
+	// first one's, and its own tapflow agent (scenario live-migration).
+	Hypervisors   []string       `yaml:"hypervisors"`
 	LoadBalancers []LBSpec       `yaml:"loadbalancers"`
 	Internet      InternetSpec   `yaml:"internet"`
 	Octavia       OctaviaSpec    `yaml:"octavia"`
@@ -94,6 +98,8 @@ type ServerSpec struct {
 	// the topology: an appliance answering for a network behind it that
 	// Neutron does not know (the target of an extraroute through it).
 	Loopback []string `yaml:"loopback"`
+	// Host is the hypervisor the server starts on (default: the first).
+	Host string `yaml:"host"`
 }
 
 // PortSpec is a server's Neutron port.

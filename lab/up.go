@@ -97,18 +97,33 @@ var (
 )
 
 func (l *Lab) upHypervisor(ctx context.Context) error {
-	hv := l.Cloud.HVNS()
-	if err := l.nsBase(ctx, hv, noIPv6...); err != nil {
-		return err
-	}
-	for _, n := range l.Cloud.Networks {
-		// STP off (ports forward at once), no multicast snooping (groups
-		// flood, like Neutron's bridges), no addresses.
-		if err := l.ip(ctx, hv, "link", "add", n.Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"); err != nil {
+	for k, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
+		if err := l.nsBase(ctx, hv, noIPv6...); err != nil {
 			return err
 		}
-		if err := l.ip(ctx, hv, "link", "set", n.Bridge, "up"); err != nil {
-			return err
+		for _, n := range l.Cloud.Networks {
+			// STP off (ports forward at once), no multicast snooping (groups
+			// flood, like Neutron's bridges), no addresses.
+			if err := l.ip(ctx, hv, "link", "add", n.Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"); err != nil {
+				return err
+			}
+			if err := l.ip(ctx, hv, "link", "set", n.Bridge, "up"); err != nil {
+				return err
+			}
+			if k == 0 {
+				continue
+			}
+			// Another compute node: its bridge joins the first one's over a
+			// veth standing for the overlay tunnel (not tap*: not captured).
+			dev := fmt.Sprintf("vx%d%s", k, n.ID[:10])
+			if err := l.ip(ctx, l.Cloud.HVNS(), "link", "add", dev, "type", "veth", "peer", "name", dev, "netns", hv); err != nil {
+				return err
+			}
+			for _, ns := range []string{l.Cloud.HVNS(), hv} {
+				if err := l.ip(ctx, ns, "link", "set", dev, "master", n.Bridge, "up"); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -118,7 +133,7 @@ func (l *Lab) upHypervisor(ctx context.Context) error {
 // bridge in the hypervisor, the other side p.Dev in p.NS with the port's
 // MAC and addresses.
 func (l *Lab) plug(ctx context.Context, p *Port, v6 bool) error {
-	hv := l.Cloud.HVNS()
+	hv := p.HostNS(l.Cloud)
 	if err := l.ip(ctx, hv, "link", "add", p.HostDev, "type", "veth", "peer", "name", p.Dev, "netns", p.NS); err != nil {
 		return err
 	}

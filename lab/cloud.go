@@ -94,6 +94,16 @@ type Port struct {
 	instance    bool
 	serverIndex int
 	hostNS      string // hypervisor namespace of HostDev ("": HVNS)
+	// Subports make the port a trunk parent (TrunkID); a subport rides
+	// its parent's tap (no HostDev of its own; Dev is the parent's).
+	Subports []Subport
+	TrunkID  string
+}
+
+// Subport is a trunk subport and its VLAN id.
+type Subport struct {
+	Port *Port
+	VLAN int
 }
 
 // HostNS is the hypervisor namespace holding the port's host device.
@@ -887,6 +897,7 @@ func (r *resolver) servers() {
 			} else {
 				r.pending = append(r.pending, pendingAlloc{p: p, obj: "server " + s.Name})
 			}
+			r.subports(ppath, s, p, ps.Subports)
 			if ps.FloatingIP.Network != "" {
 				r.fipSpecs = append(r.fipSpecs, fipReq{path: ppath, obj: ss.Name, spec: ps.FloatingIP, port: p})
 			}
@@ -925,6 +936,55 @@ func (r *resolver) servers() {
 			}
 			s.Loopback = append(s.Loopback, a)
 		}
+	}
+}
+
+// subports resolves a trunk parent's subports: ports of their own (device
+// owner trunk:subport, device_id the trunk), by default with the parent's
+// MAC, whose addresses the guest holds on the parent's device.
+func (r *resolver) subports(path string, s *Server, parent *Port, specs []SubportSpec) {
+	if len(specs) == 0 {
+		return
+	}
+	parent.TrunkID = uuid("trunk", parent.ID)
+	seen := map[int]bool{}
+	for k, sp := range specs {
+		spath := fmt.Sprintf("%s.subports[%d]", path, k)
+		if sp.VLAN < 1 || sp.VLAN > 4094 || seen[sp.VLAN] {
+			r.fail(spath, s.Name, "vlan %d: give a VLAN id 1-4094, once per trunk", sp.VLAN)
+			continue
+		}
+		seen[sp.VLAN] = true
+		n := r.network(spath, s.Name, sp.Network)
+		if n == nil {
+			continue
+		}
+		if n == parent.Net {
+			r.fail(spath, s.Name, "a subport's network must differ from its parent's (%s)", n.Name)
+			continue
+		}
+		q := r.newPort(fmt.Sprintf("%s/vlan%d", parent.ID, sp.VLAN), n, "trunk:subport", parent.TrunkID, s.Project)
+		q.Name = fmt.Sprintf("%s-vlan%d", parent.Name, sp.VLAN)
+		q.MAC, q.NS, q.Dev, q.Inventory = parent.MAC, parent.NS, parent.Dev, parent.Inventory
+		if sp.MAC != "" {
+			m, err := net.ParseMAC(sp.MAC)
+			if err != nil || len(m) != 6 || m[0]&1 == 1 {
+				r.fail(spath, s.Name, "mac %q is not a unicast Ethernet MAC", sp.MAC)
+			} else {
+				q.MAC = m
+			}
+		}
+		if len(sp.IPs) > 0 {
+			r.parseAddrs(spath, "server "+s.Name, q, sp.IPs)
+			for _, a := range q.IPs {
+				if !a.Addr.Is4() {
+					r.fail(spath, s.Name, "subport address %s: the lab tags IPv4 only", a.Addr)
+				}
+			}
+		} else {
+			r.pending = append(r.pending, pendingAlloc{p: q, v4only: true, obj: "server " + s.Name + " subport"})
+		}
+		parent.Subports = append(parent.Subports, Subport{Port: q, VLAN: sp.VLAN})
 	}
 }
 

@@ -344,6 +344,32 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			}
 		}
 	},
+	"trunk": func(t *testing.T, out *lab.Outcome) {
+		// The tag is on the record: VLAN 100 exactly on the subports'
+		// records, 0 on the parents'; no duplicate_mac for the shared MAC.
+		sub := map[string]bool{}
+		for _, s := range []string{"vm1", "vm2"} {
+			for _, sp := range out.Cloud.Server(s).Ports[0].Subports {
+				sub[sp.Port.ID] = true
+			}
+		}
+		var tagged int64
+		for _, f := range out.Flows {
+			if sub[f.PortID] != (f.VLANID == 100) && f.Bytes > 1024 {
+				t.Errorf("record on %s port %s vlan %d (%s → %s, %d bytes): subport records carry VLAN 100, the parents' none", f.Ifname, f.PortID, f.VLANID, f.SrcIP, f.DstIP, f.Bytes)
+			}
+			if f.VLANID == 100 {
+				tagged += f.Bytes
+			}
+		}
+		if tagged < 4<<20 {
+			t.Errorf("%d bytes in tagged records, want ≥ 4MiB (2 MiB at each tap)", tagged)
+		}
+		b, _ := os.ReadFile(filepath.Join(out.DataDir, "tapflow.log"))
+		if strings.Contains(string(b), `"class":"duplicate_mac"`) || strings.Contains(string(b), `"class":"trunk_skipped"`) {
+			t.Errorf("tapflow logged a duplicate_mac or trunk_skipped anomaly for the trunks")
+		}
+	},
 	"extraroute-appliance": extrarouteAnomalies,
 	"extraroute-dangling":  extrarouteAnomalies,
 }

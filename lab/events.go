@@ -40,6 +40,11 @@ func (l *Lab) Plug(ctx context.Context, server string) error {
 	if s == nil {
 		return fmt.Errorf("lab: server %q is not in the topology", server)
 	}
+	for _, p := range s.Ports {
+		if len(p.Subports) > 0 {
+			return fmt.Errorf("lab: plug %s: a trunk port's VLAN tagging is attached once, at lab up; it cannot be plugged back", server)
+		}
+	}
 	ns := s.Ports[0].HostNS(l.Cloud)
 	before := l.attachCounts(ns)
 	if err := l.wireServer(ctx, s); err != nil {

@@ -70,6 +70,16 @@ func (c *Cloud) Inventory(present map[string]bool) *inventory.Inventory {
 			ip.AllowedAddressPairs = append(ip.AllowedAddressPairs, inventory.AddressPair{IPAddress: ap, MACAddress: a.MAC.String()})
 		}
 		inv.Ports = append(inv.Ports, ip)
+		if len(p.Subports) > 0 {
+			tr := inventory.Trunk{ID: p.TrunkID, Name: p.Name + "-trunk", PortID: p.ID}
+			if p.Project != nil {
+				tr.ProjectID = p.Project.ID
+			}
+			for _, sp := range p.Subports {
+				tr.SubPorts = append(tr.SubPorts, inventory.SubPort{SegmentationType: "vlan", SegmentationID: sp.VLAN, PortID: sp.Port.ID})
+			}
+			inv.Trunks = append(inv.Trunks, tr)
+		}
 	}
 	for _, r := range c.Routers {
 		ir := inventory.Router{ID: r.ID, Name: r.Name, ProjectID: r.Project.ID, Routes: []inventory.Route{}}

@@ -123,10 +123,13 @@ type Expect struct {
 	LBSegment       *int   `yaml:"lb_segment"`
 	Server          string `yaml:"server"`
 	// Member is the pool member on this server (flow.v1.1 member_id).
-	Member string          `yaml:"member"`
-	Bytes  units.ByteSize  `yaml:"bytes"`
-	Min    *units.ByteSize `yaml:"min"`
-	Max    *units.ByteSize `yaml:"max"`
+	Member string `yaml:"member"`
+	// Port is a port by name: <server>-port<N>, a subport
+	// <server>-port<N>-vlan<VID>.
+	Port  string          `yaml:"port"`
+	Bytes units.ByteSize  `yaml:"bytes"`
+	Min   *units.ByteSize `yaml:"min"`
+	Max   *units.ByteSize `yaml:"max"`
 }
 
 func (e Expect) String() string {
@@ -146,6 +149,7 @@ func (e Expect) String() string {
 	}
 	add("server", e.Server)
 	add("member", e.Member)
+	add("port", e.Port)
 	if len(parts) == 0 {
 		return "all records"
 	}
@@ -301,6 +305,17 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 			return nil, fmt.Errorf("member %q: no load balancer has a member on that server", e.Member)
 		}
 	}
+	var port string
+	if e.Port != "" {
+		for _, p := range c.Ports {
+			if p.Name == e.Port {
+				port = p.ID
+			}
+		}
+		if port == "" {
+			return nil, fmt.Errorf("port %q: no port of that name (<server>-port<N>, subports <server>-port<N>-vlan<VID>)", e.Port)
+		}
+	}
 	if e.Dir != "" && e.Dir != "tx" && e.Dir != "rx" {
 		return nil, fmt.Errorf("dir %q: use tx or rx", e.Dir)
 	}
@@ -308,7 +323,8 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 		return (tenant == "" || f.TenantID == tenant) && (e.Zone == "" || f.Zone == e.Zone) &&
 			(e.Dir == "" || f.Direction == e.Dir) && (e.ExternalNetwork == "" || f.ExternalNetwork == e.ExternalNetwork) &&
 			(lb == "" || f.LBID == lb) && (e.LBSegment == nil || int(f.LBSegment) == *e.LBSegment) &&
-			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID])
+			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID]) &&
+			(port == "" || f.PortID == port)
 	}, nil
 }
 

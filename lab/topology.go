@@ -119,6 +119,20 @@ type PortSpec struct {
 	// AddressPairs are the port's allowed_address_pairs (mac_address
 	// default: the port's MAC).
 	AddressPairs []AddressPairSpec `yaml:"allowed_address_pairs"`
+	// Subports make the port a trunk parent (Neutron trunk): each a port
+	// of its own on another network, carried on this port's tap tagged
+	// with its VLAN.
+	Subports []SubportSpec `yaml:"subports"`
+}
+
+// SubportSpec is one trunk subport (segmentation_type vlan).
+type SubportSpec struct {
+	Network string `yaml:"network"`
+	VLAN    int    `yaml:"vlan"`
+	// IPs are fixed IPs (IPv4); empty: one from the network's IPv4 subnet.
+	IPs []string `yaml:"ips"`
+	// MAC defaults to the parent's (Neutron's default).
+	MAC string `yaml:"mac"`
 }
 
 // AddressPairSpec is one allowed address pair of a port.

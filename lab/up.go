@@ -327,7 +327,14 @@ func (l *Lab) upServers(ctx context.Context) error {
 			}
 		}
 		port := strconv.Itoa(TCPPort)
-		if err := l.serve(s.NS, "vm-"+s.Name, "--tcp", "[::]:"+port, "--udp", "[::]:"+port, "--http", "[::]:"+strconv.Itoa(HTTPPort)); err != nil {
+		args := []string{"--tcp", "[::]:" + port, "--udp", "[::]:" + port, "--http", "[::]:" + strconv.Itoa(HTTPPort)}
+		for _, p := range s.Ports {
+			for _, sp := range p.Subports {
+				// The lab server of a trunk's guest holds its VLAN tagging.
+				args = append(args, "--vlan", VLANTag{Dev: p.Dev, VID: sp.VLAN, Subnet: sp.Port.IPs[0].Subnet.Prefix}.String())
+			}
+		}
+		if err := l.serve(s.NS, "vm-"+s.Name, args...); err != nil {
 			return err
 		}
 	}
@@ -343,6 +350,15 @@ func (l *Lab) wireServer(ctx context.Context, s *Server) error {
 	for _, p := range s.Ports {
 		if err := l.plug(ctx, p, true); err != nil {
 			return err
+		}
+		for _, sp := range p.Subports {
+			// A subport's addresses sit on the parent's device; its
+			// frames are tagged by the guest's lab server (vlan.go).
+			for _, a := range sp.Port.IPs {
+				if err := l.ip(ctx, p.NS, "addr", "add", netip.PrefixFrom(a.Addr, a.Subnet.Prefix.Bits()).String(), "dev", p.Dev); err != nil {
+					return err
+				}
+			}
 		}
 		for _, a := range p.IPs {
 			g := a.Subnet.Gateway

@@ -74,6 +74,11 @@ func (l *Lab) Migrate(ctx context.Context, server, to string) error {
 	if s.Ports[0].HostNS(l.Cloud) == dst {
 		return fmt.Errorf("lab: migrate %s: it already runs on %s", server, to)
 	}
+	for _, p := range s.Ports {
+		if len(p.Subports) > 0 {
+			return fmt.Errorf("lab: migrate %s: a trunk port's VLAN tagging is attached once, at lab up; it cannot move", server)
+		}
+	}
 	if err := l.Unplug(ctx, server); err != nil {
 		return err
 	}

@@ -202,5 +202,56 @@ func (l *Lab) Regateway(ctx context.Context, router, network string) error {
 	if _, err := l.nsexec(ctx, r.NS, "nft", "-f", path); err != nil {
 		return fmt.Errorf("lab: regateway %s: %w", router, err)
 	}
-	return c.WriteInventory(l.InventoryPath(), present)
+	before := l.swapCounts()
+	if err := c.WriteInventory(l.InventoryPath(), present); err != nil {
+		return err
+	}
+	return l.waitSwapped(ctx, before)
+}
+
+// swapCounts counts, per running pipeline, its "attribution snapshot
+// swapped" log lines.
+func (l *Lab) swapCounts() map[*Pipeline]int {
+	l.mu.Lock()
+	pipes := append([]*Pipeline(nil), l.pipes...)
+	l.mu.Unlock()
+	out := map[*Pipeline]int{}
+	for _, p := range pipes {
+		n := 0
+		for _, e := range readLog(p.logPath) {
+			if e.Msg == "attribution snapshot swapped" {
+				n++
+			}
+		}
+		out[p] = n
+	}
+	return out
+}
+
+// waitSwapped waits until every pipeline of before swapped in a newer
+// attribution snapshot: the inventory change is in effect, as it is in a
+// cloud by the time a new VM boots or new connections leave a router (the
+// lab acts within milliseconds; without this, a transfer started at once
+// races tapflow's inventory poll).
+func (l *Lab) waitSwapped(ctx context.Context, before map[*Pipeline]int) error {
+	deadline := time.Now().Add(attachTimeout)
+	for {
+		done := true
+		for p, n := range l.swapCounts() {
+			if b, ok := before[p]; ok && n <= b {
+				done = false
+			}
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab: tapflow did not take the new inventory within %s", attachTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -317,7 +317,11 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			owner[out.Cloud.Server(name).Ports[0].HostDev] = out.Cloud.Project(proj).ID
 		}
 		for _, f := range out.Flows {
-			if want, ok := owner[f.Ifname]; ok && f.TenantID != want {
+			// Unicast: b1's guest may send link-local multicast (MLD) in
+			// the moment between lab up and its unplug, while a1 owns the
+			// MAC (the lab's two taps with one MAC; in a cloud b1's tap
+			// comes after its port).
+			if want, ok := owner[f.Ifname]; ok && f.TenantID != want && f.Zone != "multicast" {
 				t.Errorf("record on %s (%s %s → %s, %d bytes, vm_mac %s) is tenant %s zone %s, want %s", f.Ifname, f.Direction,
 					f.SrcIP, f.DstIP, f.Bytes, f.VMMAC, f.TenantID, f.Zone, want)
 			}

@@ -546,6 +546,7 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		}
 	}
 	var flows []schemas.Flow
+	var sources []string
 	for i, q := range pipes {
 		fl, err := ReadFlows(q.DataDir())
 		if err != nil {
@@ -557,6 +558,7 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		if err != nil {
 			return nil, err
 		}
+		sources = append(sources, c.Source)
 		if i == 0 {
 			out.Conservation = c
 		} else {
@@ -567,7 +569,7 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	if len(pipes) > 1 {
 		// No record identity twice across the agents either.
 		out.Conservation.Duplicates = CheckConservation(flows, nil).Duplicates
-		out.Conservation.Source = fmt.Sprintf("%d agents: %s", len(pipes), out.Conservation.Source)
+		out.Conservation.Source = fmt.Sprintf("%d agents: %s", len(pipes), strings.Join(sources, "; "))
 	}
 	out.Flows, out.Cloud = flows, l.Cloud
 	out.Table = l.Cloud.Table(flows)

@@ -18,13 +18,26 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build package test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/tapflow (static, no cgo).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tapflow
+
+# nfpm (github.com/goreleaser/nfpm/v2) is run at a pinned version with
+# `go run pkg@version` (the Go build cache keeps the binary) instead of
+# being a dependency of the main module: only packaging needs it.
+NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DIST ?= dist
+DEB_VERSION ?= $(shell deploy/package/version.sh)
+
+package: ## Build the Debian package dist/tapflow_<version>_amd64.deb (nfpm; binary, systemd units, example config, user tapflow).
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/tapflow ./cmd/tapflow
+	TAPFLOW_BIN=$(DIST)/tapflow TAPFLOW_VERSION=$(DEB_VERSION) $(NFPM) package --config deploy/package/nfpm.yaml --packager deb --target $(DIST)/tapflow_$(DEB_VERSION)_amd64.deb
+	@rm -f $(DIST)/tapflow
 
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
@@ -67,11 +80,12 @@ lab-down: build ## Remove every namespace lab left behind (also after a crash).
 test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of make test).
 	$(GO) test -race -count=1 -timeout 15m -v -run 'TestScenarios|TestFailedUpLeavesNothing|TestDownAfterCrash|TestPreflightMissingPackages' ./lab/
 
-bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, inventory snapshots at 100k ports and 1,000 agents, eBPF (root).
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, eBPF (root).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/
 	$(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/
 	$(GO) test -run '^$$' -bench 'Fleet|1000Agents' -benchmem -timeout 40m ./enrich/provider/natsinv/
 	$(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/
+	$(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/
 	@if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench . -benchmem ./bpf/...; else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 
 lint: ## gofmt, go vet and the generated-code check.
@@ -89,4 +103,4 @@ check-generate: ## Fail when committed generated code is stale.
 	 else echo "check-generate: clang/libbpf-dev missing, eBPF object check skipped (make deps as root installs them)"; fi
 
 clean: ## Remove build output and demo data.
-	rm -rf bin $(DEMO_DIR)
+	rm -rf bin dist $(DEMO_DIR)

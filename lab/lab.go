@@ -48,6 +48,7 @@ type Lab struct {
 	present map[string]bool
 	procs   map[string]chan struct{} // spawned processes by name, closed at exit
 	pipes   []*Pipeline              // started by StartPipeline: plug waits for their attach
+	pipe    *Pipeline                // the tapflow a scenario runs (restart steps)
 }
 
 // stateMarker marks a state directory as the lab's own.

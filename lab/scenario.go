@@ -38,6 +38,9 @@ type Scenario struct {
 	// external_network) group no expectation covers may reach (default
 	// 64KiB: ARP-free IP chatter such as neighbour discovery and VRRP).
 	Noise units.ByteSize `yaml:"noise"`
+	// Config is appended to the tapflow config the lab writes (YAML
+	// sections it does not write itself, e.g. collector:).
+	Config string `yaml:"config"`
 
 	topoData []byte
 	topoName string
@@ -68,6 +71,11 @@ type Step struct {
 	// Migrate live-migrates a server to another hypervisor (its taps
 	// move; each hypervisor's agent captures its own).
 	Migrate *MigrateStep `yaml:"migrate"`
+	// Restart stops tapflow — "kill" (SIGKILL) or "term" (SIGTERM) — and
+	// starts it again; it adopts the pinned capture state. A scenario with
+	// a restart runs with capture.pin_dir on a bpffs of its own, and its
+	// last tapflow process stops with --detach (it exports the table).
+	Restart string `yaml:"restart"`
 }
 
 // MigrateStep names the server and the hypervisor it moves to.
@@ -106,6 +114,8 @@ func (s Step) String() string {
 		return "regateway " + s.Regateway.Router + " → " + s.Regateway.Network
 	case s.Migrate != nil:
 		return "migrate " + s.Migrate.Server + " → " + s.Migrate.To
+	case s.Restart != "":
+		return "restart " + s.Restart
 	}
 	return "(empty step)"
 }
@@ -199,13 +209,16 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	for i, s := range sc.Steps {
 		n := 0
 		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "",
-			s.Unplug != "", s.Plug != "", s.Regateway != nil, s.Migrate != nil} {
+			s.Unplug != "", s.Plug != "", s.Regateway != nil, s.Migrate != nil, s.Restart != ""} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway, migrate", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway, migrate, restart", name, i)
+		}
+		if s.Restart != "" && s.Restart != "kill" && s.Restart != "term" {
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: restart %q: use kill (SIGKILL) or term (SIGTERM)", name, i, s.Restart)
 		}
 	}
 	// Resolve now, so a bad name fails before anything is built.
@@ -507,9 +520,25 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		}()
 	}
 	runStart := time.Now()
+	pinDir := ""
+	if sc.restarts() {
+		// Pinned capture state on a bpffs of the lab's own (ip netns exec
+		// replaces /sys, not the lab's directory).
+		mnt := filepath.Join(l.Dir(), "bpffs")
+		if err := mountBPF(mnt); err != nil {
+			return nil, err
+		}
+		defer unmountBPF(mnt)
+		pinDir = filepath.Join(mnt, "tapflow")
+	}
 	// One agent per hypervisor; the first writes to DataDir, the others to
-	// DataDir/agent-<namespace>.
+	// DataDir/agent-<namespace>. Restart steps restart the first.
 	var pipes []*Pipeline
+	defer func() {
+		for _, p := range pipes {
+			p.Close()
+		}
+	}()
 	stopAll := func() error {
 		var errs []error
 		for _, p := range pipes {
@@ -517,20 +546,27 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		}
 		return errors.Join(errs...)
 	}
-	for _, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
-		dir := o.DataDir
-		if hv != l.Cloud.HVNS() {
-			dir = filepath.Join(o.DataDir, "agent-"+hv)
+	for i, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
+		po := PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir, Hypervisor: hv, ExtraConfig: sc.Config}
+		if i == 0 {
+			po.PinDir = pinDir
+		} else {
+			po.DataDir = filepath.Join(o.DataDir, "agent-"+hv)
 		}
-		p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: dir, Hypervisor: hv})
+		p, err := l.StartPipeline(ctx, po)
 		if err != nil {
 			return nil, errors.Join(err, stopAll())
 		}
 		pipes = append(pipes, p)
 	}
 	p := pipes[0]
+	l.pipe = p
 	out.StepTimes, err = l.runSteps(ctx, sc.Steps)
 	stepErr := err
+	if pinDir != "" && stepErr == nil {
+		// The last process exports the pinned table at its stop.
+		stepErr = p.Restart(ctx, false, true)
+	}
 	stopErr := stopAll()
 	out.RunTime = time.Since(runStart)
 	if err := errors.Join(stepErr, stopErr); err != nil {
@@ -628,6 +664,12 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.Regateway(ctx, s.Regateway.Router, s.Regateway.Network)
 		case s.Migrate != nil:
 			err = l.Migrate(ctx, s.Migrate.Server, s.Migrate.To)
+		case s.Restart != "":
+			if l.pipe == nil {
+				err = errors.New("restart: no tapflow pipeline runs in this lab")
+				break
+			}
+			err = l.pipe.Restart(ctx, s.Restart == "kill", false)
 		}
 		if err != nil {
 			if bg != nil {
@@ -640,6 +682,16 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 		return times, bg.Wait()
 	}
 	return times, nil
+}
+
+// restarts reports whether a step restarts tapflow.
+func (sc *Scenario) restarts() bool {
+	for _, s := range sc.Steps {
+		if s.Restart != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // freshDataDir empties a data directory of an earlier run (one holding the

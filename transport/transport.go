@@ -62,8 +62,10 @@ type Config struct {
 	// so other agents and collectors can connect. Empty (default): the
 	// embedded server is reachable only in-process.
 	Listen string `yaml:"listen"`
-	// Codec compresses Arrow IPC bodies on the wire: zstd (default),
-	// arrow-zstd, lz4, none (schemas.Codecs; docs/subscribers.md).
+	// Codec is the message body format: zstd (default: the whole Arrow
+	// IPC stream in one zstd frame), arrow-zstd and lz4 (Arrow IPC with
+	// the spec's buffer compression), none (plain Arrow IPC);
+	// schemas.Codecs, docs/subscribers.md.
 	Codec string `yaml:"codec"`
 	// StreamMaxBytes caps the backlog of TAPFLOW_FLOWS on disk (default
 	// 10GiB): the batches not yet acked by every consumer (interest

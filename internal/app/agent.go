@@ -75,7 +75,8 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		}
 		opts = append(opts, enrich.WithProvider(p))
 		// Unknown VM MACs are asked of the service at once (docs/inventory-service.md).
-		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Logger: log, Registry: rt.reg})
+		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Interval: cfg.Inventory.Lookup.Interval.D(),
+			Timeout: cfg.Inventory.Lookup.Timeout.D(), Logger: log, Registry: rt.reg})
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/invserve"
+	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -94,6 +95,8 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 		Guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads,
 			MinPorts: cfg.Inventory.DropMinPorts},
 		Replicas: cfg.NATS.Replicas,
+		Lookup: lookup.ServerOptions{Rate: cfg.Inventory.Lookup.Rate, Burst: cfg.Inventory.Lookup.Burst,
+			Window: cfg.Inventory.Lookup.Window.D()},
 	}, src, jsc, log, reg)
 	if err != nil {
 		return err

@@ -95,6 +95,12 @@ type LogConfig struct {
 	Level string `yaml:"level"`
 }
 
+// LogLevels and LogFormats are the values of log.level and log.format.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"json", "text"}
+)
+
 // Default returns the defaults for every field.
 func Default() Config {
 	host, _ := os.Hostname()

@@ -27,6 +27,9 @@ type Cloud struct {
 	LBs      []*LB
 	FIPs     []*FIP
 	Internet *Internet
+	// Hypervisors are the namespaces of the compute nodes beyond the
+	// first (HVNS), in topology order.
+	Hypervisors []string
 	// Octavia's service project and management network (nil without LBs).
 	ServiceProject *Project
 	MgmtNet        *Network
@@ -79,15 +82,50 @@ type Port struct {
 	IPs         []FixedIP
 	Owner       string // device_owner
 	DeviceID    string
-	Project     *Project // nil: no project (router gateway)
-	HostDev     string   // device in the hypervisor namespace ("" when not plugged)
-	NS          string   // namespace of the other end
-	Dev         string   // device name inside NS
-	Inventory   bool     // written to the inventory file
-	AddrPairs   []netip.Addr
+	Project     *Project         // nil: no project (router gateway)
+	HostDev     string           // device in the hypervisor namespace ("" when not plugged)
+	NS          string           // namespace of the other end
+	Dev         string           // device name inside NS
+	Inventory   bool             // written to the inventory file
+	AddrPairs   []netip.Addr     // allowed address pairs with the port's MAC
+	MACPairs    []MACPair        // allowed address pairs with their own MAC (topology allowed_address_pairs)
+	WireMAC     net.HardwareAddr // the guest device's MAC when not the port's (nil: MAC)
 	FIP         *FIP
 	instance    bool
 	serverIndex int
+	hostNS      string // hypervisor namespace of HostDev ("": HVNS)
+	// Subports make the port a trunk parent (TrunkID); a subport rides
+	// its parent's tap (no HostDev of its own; Dev is the parent's).
+	Subports []Subport
+	TrunkID  string
+}
+
+// Subport is a trunk subport and its VLAN id.
+type Subport struct {
+	Port *Port
+	VLAN int
+}
+
+// HostNS is the hypervisor namespace holding the port's host device.
+func (p *Port) HostNS(c *Cloud) string {
+	if p.hostNS != "" {
+		return p.hostNS
+	}
+	return c.HVNS()
+}
+
+// MACPair is an allowed address pair with its own MAC.
+type MACPair struct {
+	Addr netip.Prefix
+	MAC  net.HardwareAddr
+}
+
+// GuestMAC is the MAC the guest's device uses on the wire.
+func (p *Port) GuestMAC() net.HardwareAddr {
+	if p.WireMAC != nil {
+		return p.WireMAC
+	}
+	return p.MAC
 }
 
 // Tap reports whether the port is an instance port seen by the capture.
@@ -199,9 +237,17 @@ type Internet struct {
 func (c *Cloud) HVNS() string                { return c.Prefix + "-hv" }
 func (c *Cloud) ns(kind, name string) string { return c.Prefix + "-" + kind + "-" + name }
 
-// Namespaces lists every namespace of the lab, the hypervisor's first.
+// HypervisorNS is the namespace of hypervisor name ("" or "hv": the first).
+func (c *Cloud) HypervisorNS(name string) string {
+	if name == "" || name == "hv" {
+		return c.HVNS()
+	}
+	return c.ns("hv", name)
+}
+
+// Namespaces lists every namespace of the lab, the hypervisors' first.
 func (c *Cloud) Namespaces() []string {
-	out := []string{c.HVNS()}
+	out := append([]string{c.HVNS()}, c.Hypervisors...)
 	if c.Internet != nil {
 		out = append(out, c.Internet.NS)
 	}
@@ -356,6 +402,7 @@ func Resolve(t *Topology, prefix string) (*Cloud, error) {
 		r.internet()
 		r.routers()
 		r.dhcp()
+		r.hypervisors()
 		r.servers()
 		r.lbs()
 		r.fips()
@@ -754,6 +801,22 @@ func (r *resolver) dhcp() {
 	}
 }
 
+func (r *resolver) hypervisors() {
+	seen := map[string]bool{"hv": true}
+	for i, h := range r.t.Hypervisors {
+		path := fmt.Sprintf("hypervisors[%d]", i)
+		switch {
+		case !nameRE.MatchString(h) || len(h) > 8:
+			r.fail(path, h, "hypervisor name must match %s and have at most 8 characters", nameRE)
+		case seen[h]:
+			r.fail(path, h, "duplicate hypervisor name (hv is the implicit first one)")
+		default:
+			seen[h] = true
+			r.c.Hypervisors = append(r.c.Hypervisors, r.c.HypervisorNS(h))
+		}
+	}
+}
+
 func (r *resolver) servers() {
 	c := r.c
 	for i, ss := range r.t.Servers {
@@ -768,6 +831,12 @@ func (r *resolver) servers() {
 		}
 		s := &Server{Name: ss.Name, ID: uuid("server", ss.Name), NS: c.ns("vm", ss.Name)}
 		s.Project = r.project(path, ss.Name, ss.Project)
+		host := ""
+		if ss.Host != "" && ss.Host != "hv" {
+			if host = c.HypervisorNS(ss.Host); !slices.Contains(c.Hypervisors, host) {
+				r.fail(path, ss.Name, "host %q is not a hypervisor of the topology (hypervisors: %v, and hv)", ss.Host, r.t.Hypervisors)
+			}
+		}
 		c.servers[s.Name] = s
 		c.Servers = append(c.Servers, s)
 		if len(ss.Ports) == 0 {
@@ -783,6 +852,7 @@ func (r *resolver) servers() {
 			p.Name = s.Name + "-port" + strconv.Itoa(j)
 			p.instance, p.serverIndex = true, j
 			p.HostDev, p.NS, p.Dev = "tap"+p.ID[:11], s.NS, "eth"+strconv.Itoa(j)
+			p.hostNS = host
 			if ps.Inventory != nil && !*ps.Inventory {
 				p.Inventory = false
 			}
@@ -794,11 +864,40 @@ func (r *resolver) servers() {
 					p.MAC = m
 				}
 			}
+			if ps.WireMAC != "" {
+				m, err := net.ParseMAC(ps.WireMAC)
+				if err != nil || len(m) != 6 || m[0]&1 == 1 {
+					r.fail(ppath, ss.Name, "wire_mac %q is not a unicast Ethernet MAC", ps.WireMAC)
+				} else {
+					p.WireMAC = m
+				}
+			}
+			for k, ap := range ps.AddressPairs {
+				apath := fmt.Sprintf("%s.allowed_address_pairs[%d]", ppath, k)
+				pair := MACPair{MAC: p.MAC}
+				if pf, err := netip.ParsePrefix(ap.IPAddress); err == nil {
+					pair.Addr = pf
+				} else if a, err := netip.ParseAddr(ap.IPAddress); err == nil {
+					pair.Addr = netip.PrefixFrom(a, a.BitLen())
+				} else {
+					r.fail(apath, ss.Name, "ip_address %q is not an address or CIDR", ap.IPAddress)
+				}
+				if ap.MACAddress != "" {
+					m, err := net.ParseMAC(ap.MACAddress)
+					if err != nil || len(m) != 6 || m[0]&1 == 1 {
+						r.fail(apath, ss.Name, "mac_address %q is not a unicast Ethernet MAC", ap.MACAddress)
+					} else {
+						pair.MAC = m
+					}
+				}
+				p.MACPairs = append(p.MACPairs, pair)
+			}
 			if len(ps.IPs) > 0 {
 				r.parseAddrs(ppath, "server "+s.Name, p, ps.IPs)
 			} else {
 				r.pending = append(r.pending, pendingAlloc{p: p, obj: "server " + s.Name})
 			}
+			r.subports(ppath, s, p, ps.Subports)
 			if ps.FloatingIP.Network != "" {
 				r.fipSpecs = append(r.fipSpecs, fipReq{path: ppath, obj: ss.Name, spec: ps.FloatingIP, port: p})
 			}
@@ -837,6 +936,55 @@ func (r *resolver) servers() {
 			}
 			s.Loopback = append(s.Loopback, a)
 		}
+	}
+}
+
+// subports resolves a trunk parent's subports: ports of their own (device
+// owner trunk:subport, device_id the trunk), by default with the parent's
+// MAC, whose addresses the guest holds on the parent's device.
+func (r *resolver) subports(path string, s *Server, parent *Port, specs []SubportSpec) {
+	if len(specs) == 0 {
+		return
+	}
+	parent.TrunkID = uuid("trunk", parent.ID)
+	seen := map[int]bool{}
+	for k, sp := range specs {
+		spath := fmt.Sprintf("%s.subports[%d]", path, k)
+		if sp.VLAN < 1 || sp.VLAN > 4094 || seen[sp.VLAN] {
+			r.fail(spath, s.Name, "vlan %d: give a VLAN id 1-4094, once per trunk", sp.VLAN)
+			continue
+		}
+		seen[sp.VLAN] = true
+		n := r.network(spath, s.Name, sp.Network)
+		if n == nil {
+			continue
+		}
+		if n == parent.Net {
+			r.fail(spath, s.Name, "a subport's network must differ from its parent's (%s)", n.Name)
+			continue
+		}
+		q := r.newPort(fmt.Sprintf("%s/vlan%d", parent.ID, sp.VLAN), n, "trunk:subport", parent.TrunkID, s.Project)
+		q.Name = fmt.Sprintf("%s-vlan%d", parent.Name, sp.VLAN)
+		q.MAC, q.NS, q.Dev, q.Inventory = parent.MAC, parent.NS, parent.Dev, parent.Inventory
+		if sp.MAC != "" {
+			m, err := net.ParseMAC(sp.MAC)
+			if err != nil || len(m) != 6 || m[0]&1 == 1 {
+				r.fail(spath, s.Name, "mac %q is not a unicast Ethernet MAC", sp.MAC)
+			} else {
+				q.MAC = m
+			}
+		}
+		if len(sp.IPs) > 0 {
+			r.parseAddrs(spath, "server "+s.Name, q, sp.IPs)
+			for _, a := range q.IPs {
+				if !a.Addr.Is4() {
+					r.fail(spath, s.Name, "subport address %s: the lab tags IPv4 only", a.Addr)
+				}
+			}
+		} else {
+			r.pending = append(r.pending, pendingAlloc{p: q, v4only: true, obj: "server " + s.Name + " subport"})
+		}
+		parent.Subports = append(parent.Subports, Subport{Port: q, VLAN: sp.VLAN})
 	}
 }
 
@@ -1101,10 +1249,14 @@ func (r *resolver) checkUnique() {
 		if p.HostDev == "" {
 			continue
 		}
-		if o := macs[p.MAC.String()]; o != nil {
-			r.fail("servers", p.Name, "MAC %s is used by two ports (%s and %s)", p.MAC, o.ID, p.ID)
+		// Neutron keeps MACs unique per network; another network may reuse
+		// one (scenario mac-reuse: another project's port with a MAC
+		// another port released).
+		key := p.Net.ID + "/" + p.MAC.String()
+		if o := macs[key]; o != nil {
+			r.fail("servers", p.Name, "MAC %s is used by two ports of network %s (%s and %s)", p.MAC, p.Net.Name, o.ID, p.ID)
 		}
-		macs[p.MAC.String()] = p
+		macs[key] = p
 		if devs[p.HostDev] {
 			r.fail("servers", p.Name, "device name %s is not unique; rename an object", p.HostDev)
 		}

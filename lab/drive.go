@@ -281,6 +281,11 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 		fs.Func("udp", "UDP listen address (repeatable)", func(s string) error { o.UDP = append(o.UDP, s); return nil })
 		fs.Func("http", "HTTP listen address (repeatable)", func(s string) error { o.HTTP = append(o.HTTP, s); return nil })
 		fs.StringVar(&o.Ready, "ready", "", "file to create once listening")
+		fs.Func("vlan", "DEV:VID:CIDR: tag IPv4 from CIDR on DEV with VID, pop received tags (repeatable)", func(s string) error {
+			v, err := ParseVLANTag(s)
+			o.VLAN = append(o.VLAN, v)
+			return err
+		})
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}

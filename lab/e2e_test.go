@@ -334,6 +334,73 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			t.Errorf("vm2 sent %d bytes in records that started after its port was removed; %d of them still attributed to acme/same_tenant (want ≥ 512KiB, all)", late, kept)
 		}
 	},
+	"mac-reuse": func(t *testing.T, out *lab.Outcome) {
+		// Every record of a tap belongs to the project of the port that
+		// owned the MAC while the tap lived: a1's last records (leaving the
+		// kernel as its tap went, with b1's port already created) are
+		// acme's, b1's never acme's.
+		owner := map[string]string{}
+		for name, proj := range map[string]string{"a1": "acme", "a2": "acme", "b1": "globex", "b2": "globex"} {
+			owner[out.Cloud.Server(name).Ports[0].HostDev] = out.Cloud.Project(proj).ID
+		}
+		for _, f := range out.Flows {
+			// Unicast: b1's guest may send link-local multicast (MLD) in
+			// the moment between lab up and its unplug, while a1 owns the
+			// MAC (the lab's two taps with one MAC; in a cloud b1's tap
+			// comes after its port).
+			if want, ok := owner[f.Ifname]; ok && f.TenantID != want && f.Zone != "multicast" {
+				t.Errorf("record on %s (%s %s → %s, %d bytes, vm_mac %s) is tenant %s zone %s, want %s", f.Ifname, f.Direction,
+					f.SrcIP, f.DstIP, f.Bytes, f.VMMAC, f.TenantID, f.Zone, want)
+			}
+		}
+	},
+	"live-migration": func(t *testing.T, out *lab.Outcome) {
+		// vm1's upload is in both agents' records: before the move on hv's,
+		// after it on hv2's (and at least 512 KiB on each).
+		tap := out.Cloud.Server("vm1").Ports[0].HostDev
+		vm2 := out.Cloud.Server("vm2").Ports[0].V4().String()
+		per := map[string]int64{}
+		for _, f := range out.Flows {
+			if f.Ifname == tap && f.Direction == "tx" && f.DstIP == vm2 {
+				per[f.AgentID] += f.Bytes
+			}
+		}
+		t.Logf("vm1's upload per agent: %v", per)
+		if len(per) != 2 {
+			t.Fatalf("vm1's upload is in the records of %d agents (%v), want 2", len(per), per)
+		}
+		for a, b := range per {
+			if b < 512<<10 {
+				t.Errorf("agent %s recorded %d bytes of vm1's upload, want ≥ 512KiB on each side of the move", a, b)
+			}
+		}
+	},
+	"trunk": func(t *testing.T, out *lab.Outcome) {
+		// The tag is on the record: VLAN 100 exactly on the subports'
+		// records, 0 on the parents'; no duplicate_mac for the shared MAC.
+		sub := map[string]bool{}
+		for _, s := range []string{"vm1", "vm2"} {
+			for _, sp := range out.Cloud.Server(s).Ports[0].Subports {
+				sub[sp.Port.ID] = true
+			}
+		}
+		var tagged int64
+		for _, f := range out.Flows {
+			if sub[f.PortID] != (f.VLANID == 100) && f.Bytes > 1024 {
+				t.Errorf("record on %s port %s vlan %d (%s → %s, %d bytes): subport records carry VLAN 100, the parents' none", f.Ifname, f.PortID, f.VLANID, f.SrcIP, f.DstIP, f.Bytes)
+			}
+			if f.VLANID == 100 {
+				tagged += f.Bytes
+			}
+		}
+		if tagged < 4<<20 {
+			t.Errorf("%d bytes in tagged records, want ≥ 4MiB (2 MiB at each tap)", tagged)
+		}
+		b, _ := os.ReadFile(filepath.Join(out.DataDir, "tapflow.log"))
+		if strings.Contains(string(b), `"class":"duplicate_mac"`) || strings.Contains(string(b), `"class":"trunk_skipped"`) {
+			t.Errorf("tapflow logged a duplicate_mac or trunk_skipped anomaly for the trunks")
+		}
+	},
 	"extraroute-appliance": extrarouteAnomalies,
 	"extraroute-dangling":  extrarouteAnomalies,
 }

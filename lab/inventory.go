@@ -62,7 +62,24 @@ func (c *Cloud) Inventory(present map[string]bool) *inventory.Inventory {
 		for _, a := range p.AddrPairs {
 			ip.AllowedAddressPairs = append(ip.AllowedAddressPairs, inventory.AddressPair{IPAddress: a.String(), MACAddress: p.MAC.String()})
 		}
+		for _, a := range p.MACPairs {
+			ap := a.Addr.String()
+			if a.Addr.IsSingleIP() {
+				ap = a.Addr.Addr().String()
+			}
+			ip.AllowedAddressPairs = append(ip.AllowedAddressPairs, inventory.AddressPair{IPAddress: ap, MACAddress: a.MAC.String()})
+		}
 		inv.Ports = append(inv.Ports, ip)
+		if len(p.Subports) > 0 {
+			tr := inventory.Trunk{ID: p.TrunkID, Name: p.Name + "-trunk", PortID: p.ID}
+			if p.Project != nil {
+				tr.ProjectID = p.Project.ID
+			}
+			for _, sp := range p.Subports {
+				tr.SubPorts = append(tr.SubPorts, inventory.SubPort{SegmentationType: "vlan", SegmentationID: sp.VLAN, PortID: sp.Port.ID})
+			}
+			inv.Trunks = append(inv.Trunks, tr)
+		}
 	}
 	for _, r := range c.Routers {
 		ir := inventory.Router{ID: r.ID, Name: r.Name, ProjectID: r.Project.ID, Routes: []inventory.Route{}}

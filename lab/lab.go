@@ -47,6 +47,7 @@ type Lab struct {
 	reg     *Registration // nil: the lab's own static inventory
 	present map[string]bool
 	procs   map[string]chan struct{} // spawned processes by name, closed at exit
+	pipes   []*Pipeline              // started by StartPipeline: plug waits for their attach
 	pipe    *Pipeline                // the tapflow a scenario runs (restart steps)
 }
 
@@ -159,13 +160,36 @@ func (l *Lab) SetPresent(server string, present bool) error {
 		return fmt.Errorf("lab: server %s: the inventory of a registered lab comes from OpenStack; create or delete its port there instead", server)
 	}
 	l.mu.Lock()
+	changed := l.presentNow(server) != present
 	l.present[server] = present
 	p := maps(l.present)
 	l.mu.Unlock()
+	before := l.swapCounts()
 	if err := l.Cloud.WriteInventory(l.InventoryPath(), p); err != nil {
 		return err
 	}
-	return l.saveState()
+	if err := l.saveState(); err != nil {
+		return err
+	}
+	if !changed {
+		return nil
+	}
+	// A running tapflow (a scenario) takes the change before the next step.
+	return l.waitSwapped(context.Background(), before)
+}
+
+// presentNow says whether the server's ports are in the inventory now
+// (mu held).
+func (l *Lab) presentNow(server string) bool {
+	if v, ok := l.present[server]; ok {
+		return v
+	}
+	for _, p := range l.Cloud.Server(server).Ports {
+		if p.Inventory {
+			return true
+		}
+	}
+	return false
 }
 
 func maps(m map[string]bool) map[string]bool {

@@ -35,6 +35,9 @@ type PipelineOptions struct {
 	// Forward lists more host-loopback host:port to make reachable in the
 	// hypervisor namespace (an external NATS, say).
 	Forward []string
+	// Hypervisor is the namespace to capture in (default: the first
+	// hypervisor's); each hypervisor's agent has its own node name.
+	Hypervisor string
 	// PinDir is capture.pin_dir (a directory on a bpffs the caller
 	// mounted). Empty: no pinning, every stop flushes the kernel table.
 	PinDir string
@@ -51,7 +54,7 @@ type Pipeline struct {
 	fwd     *loopbackForwarder // registered labs: the APIs, reachable in the hypervisor namespace
 
 	// For restarts (Restart): how to start tapflow again.
-	ns      string
+	ns      string // the namespace it captures in
 	command Command
 	taps    map[string]bool
 	noOSEnv bool // drop this process's OS_* variables (Inventory set)
@@ -62,10 +65,14 @@ type Pipeline struct {
 // tap* in the hypervisor namespace, the lab's inventory file, short
 // capture timeouts (active 2s, idle 2s) and 1 s meters.
 func (l *Lab) PipelineConfig(dataDir, extra string) string {
-	return l.pipelineConfig(dataDir, extra, "", "")
+	return l.pipelineConfig(dataDir, extra, "", "", l.Cloud.HVNS())
 }
 
-func (l *Lab) pipelineConfig(dataDir, extra, inv, pinDir string) string {
+func (l *Lab) pipelineConfig(dataDir, extra, inv, pinDir, hv string) string {
+	node := l.Cloud.Prefix
+	if hv != l.Cloud.HVNS() {
+		node = hv // another compute node: an agent_id of its own
+	}
 	switch {
 	case inv != "":
 	case l.reg == nil:
@@ -98,7 +105,7 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, pinDir, inv, extra)
+%s`, l.Cloud.Prefix, node, dataDir, pinDir, inv, extra)
 }
 
 // StartPipeline starts `tapflow run` inside the hypervisor namespace (the
@@ -115,9 +122,13 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	if err != nil {
 		return nil, err
 	}
+	hv := o.Hypervisor
+	if hv == "" {
+		hv = l.Cloud.HVNS()
+	}
 	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"),
-		ns: l.Cloud.HVNS(), command: o.Command, taps: map[string]bool{}, noOSEnv: o.Inventory != ""}
-	if err := os.WriteFile(p.cfgPath, []byte(l.pipelineConfig(abs, o.ExtraConfig, o.Inventory, o.PinDir)), 0o644); err != nil {
+		ns: hv, command: o.Command, taps: map[string]bool{}, noOSEnv: o.Inventory != ""}
+	if err := os.WriteFile(p.cfgPath, []byte(l.pipelineConfig(abs, o.ExtraConfig, o.Inventory, o.PinDir, hv)), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	if err := os.WriteFile(p.logPath, nil, 0o644); err != nil {
@@ -129,18 +140,23 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	}
 	if len(fwd) > 0 {
 		var err error
-		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), fwd, l.log); err != nil {
+		if p.fwd, err = forwardLoopback(hv, fwd, l.log); err != nil {
 			return nil, err
 		}
 	}
 	for _, t := range l.Cloud.Taps() {
-		p.taps[t.HostDev] = true
+		if t.HostNS(l.Cloud) == hv {
+			p.taps[t.HostDev] = true
+		}
 	}
 	if err := p.start(ctx); err != nil {
 		p.fwd.Close()
 		return nil, err
 	}
 	l.log.Info("tapflow run attached", "taps", len(p.taps), "log", p.logPath)
+	l.mu.Lock()
+	l.pipes = append(l.pipes, p)
+	l.mu.Unlock()
 	return p, nil
 }
 

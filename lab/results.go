@@ -136,6 +136,21 @@ type Conservation struct {
 	Source string
 }
 
+// merge adds another agent's conservation to c.
+func (c Conservation) merge(o Conservation) Conservation {
+	c.Taps += o.Taps
+	c.Bytes += o.Bytes
+	c.Packets += o.Packets
+	c.Lost += o.Lost
+	c.Duplicates += o.Duplicates
+	c.Mismatches = append(c.Mismatches, o.Mismatches...)
+	c.Unattributed += o.Unattributed
+	c.RecordsNoTap = append(c.RecordsNoTap, o.RecordsNoTap...)
+	c.FlowRecords += o.FlowRecords
+	c.FlowByteTotal += o.FlowByteTotal
+	return c
+}
+
 // OK reports byte-exact conservation with nothing lost and no duplicate.
 func (c Conservation) OK() bool {
 	return len(c.Mismatches) == 0 && c.Lost == 0 && c.Duplicates == 0 && len(c.RecordsNoTap) == 0 && c.Taps > 0

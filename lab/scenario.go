@@ -61,11 +61,33 @@ type Step struct {
 	// Failover stops keepalived on the amphora holding the VIP of this
 	// load balancer and waits for the other to take it.
 	Failover string `yaml:"failover"`
+	// Unplug deletes a server's taps (Nova deleting the VM); Plug
+	// recreates them and waits for tapflow to attach (events.go).
+	Unplug string `yaml:"unplug"`
+	Plug   string `yaml:"plug"`
+	// Regateway moves a router's external gateway to another external
+	// network (Neutron router update).
+	Regateway *RegatewayStep `yaml:"regateway"`
+	// Migrate live-migrates a server to another hypervisor (its taps
+	// move; each hypervisor's agent captures its own).
+	Migrate *MigrateStep `yaml:"migrate"`
 	// Restart stops tapflow — "kill" (SIGKILL) or "term" (SIGTERM) — and
 	// starts it again; it adopts the pinned capture state. A scenario with
 	// a restart runs with capture.pin_dir on a bpffs of its own, and its
 	// last tapflow process stops with --detach (it exports the table).
 	Restart string `yaml:"restart"`
+}
+
+// MigrateStep names the server and the hypervisor it moves to.
+type MigrateStep struct {
+	Server string `yaml:"server"`
+	To     string `yaml:"to"`
+}
+
+// RegatewayStep names the router and its new external network.
+type RegatewayStep struct {
+	Router  string `yaml:"router"`
+	Network string `yaml:"network"`
 }
 
 func (s Step) String() string {
@@ -84,6 +106,14 @@ func (s Step) String() string {
 		return "remove " + s.Remove
 	case s.Failover != "":
 		return "failover " + s.Failover
+	case s.Unplug != "":
+		return "unplug " + s.Unplug
+	case s.Plug != "":
+		return "plug " + s.Plug
+	case s.Regateway != nil:
+		return "regateway " + s.Regateway.Router + " → " + s.Regateway.Network
+	case s.Migrate != nil:
+		return "migrate " + s.Migrate.Server + " → " + s.Migrate.To
 	case s.Restart != "":
 		return "restart " + s.Restart
 	}
@@ -103,10 +133,13 @@ type Expect struct {
 	LBSegment       *int   `yaml:"lb_segment"`
 	Server          string `yaml:"server"`
 	// Member is the pool member on this server (flow.v1.1 member_id).
-	Member string          `yaml:"member"`
-	Bytes  units.ByteSize  `yaml:"bytes"`
-	Min    *units.ByteSize `yaml:"min"`
-	Max    *units.ByteSize `yaml:"max"`
+	Member string `yaml:"member"`
+	// Port is a port by name: <server>-port<N>, a subport
+	// <server>-port<N>-vlan<VID>.
+	Port  string          `yaml:"port"`
+	Bytes units.ByteSize  `yaml:"bytes"`
+	Min   *units.ByteSize `yaml:"min"`
+	Max   *units.ByteSize `yaml:"max"`
 }
 
 func (e Expect) String() string {
@@ -126,6 +159,7 @@ func (e Expect) String() string {
 	}
 	add("server", e.Server)
 	add("member", e.Member)
+	add("port", e.Port)
 	if len(parts) == 0 {
 		return "all records"
 	}
@@ -174,13 +208,14 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	}
 	for i, s := range sc.Steps {
 		n := 0
-		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "", s.Restart != ""} {
+		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "",
+			s.Unplug != "", s.Plug != "", s.Regateway != nil, s.Migrate != nil, s.Restart != ""} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, restart", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, unplug, plug, regateway, migrate, restart", name, i)
 		}
 		if s.Restart != "" && s.Restart != "kill" && s.Restart != "term" {
 			return nil, fmt.Errorf("lab scenario %s: steps[%d]: restart %q: use kill (SIGKILL) or term (SIGTERM)", name, i, s.Restart)
@@ -197,9 +232,25 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: %w", name, i, err)
 			}
 		}
-		for _, srv := range []string{s.Add, s.Remove} {
+		for _, srv := range []string{s.Add, s.Remove, s.Unplug, s.Plug} {
 			if srv != "" && l.Cloud.Server(srv) == nil {
 				return nil, fmt.Errorf("lab scenario %s: steps[%d]: no server %q", name, i, srv)
+			}
+		}
+		if g := s.Regateway; g != nil {
+			if l.Cloud.Router(g.Router) == nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: regateway: no router %q", name, i, g.Router)
+			}
+			if n := l.Cloud.Network(g.Network); n == nil || !n.External {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: regateway: %q is not an external network", name, i, g.Network)
+			}
+		}
+		if m := s.Migrate; m != nil {
+			if l.Cloud.Server(m.Server) == nil {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: migrate: no server %q", name, i, m.Server)
+			}
+			if ns := l.Cloud.HypervisorNS(m.To); ns != l.Cloud.HVNS() && !slices.Contains(l.Cloud.Hypervisors, ns) {
+				return nil, fmt.Errorf("lab scenario %s: steps[%d]: migrate: %q is not a hypervisor of the topology", name, i, m.To)
 			}
 		}
 		if s.Failover != "" && l.Cloud.LB(s.Failover) == nil {
@@ -267,6 +318,17 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 			return nil, fmt.Errorf("member %q: no load balancer has a member on that server", e.Member)
 		}
 	}
+	var port string
+	if e.Port != "" {
+		for _, p := range c.Ports {
+			if p.Name == e.Port {
+				port = p.ID
+			}
+		}
+		if port == "" {
+			return nil, fmt.Errorf("port %q: no port of that name (<server>-port<N>, subports <server>-port<N>-vlan<VID>)", e.Port)
+		}
+	}
 	if e.Dir != "" && e.Dir != "tx" && e.Dir != "rx" {
 		return nil, fmt.Errorf("dir %q: use tx or rx", e.Dir)
 	}
@@ -274,7 +336,8 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 		return (tenant == "" || f.TenantID == tenant) && (e.Zone == "" || f.Zone == e.Zone) &&
 			(e.Dir == "" || f.Direction == e.Dir) && (e.ExternalNetwork == "" || f.ExternalNetwork == e.ExternalNetwork) &&
 			(lb == "" || f.LBID == lb) && (e.LBSegment == nil || int(f.LBSegment) == *e.LBSegment) &&
-			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID])
+			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID]) &&
+			(port == "" || f.PortID == port)
 	}, nil
 }
 
@@ -468,11 +531,35 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		defer unmountBPF(mnt)
 		pinDir = filepath.Join(mnt, "tapflow")
 	}
-	p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir, PinDir: pinDir, ExtraConfig: sc.Config})
-	if err != nil {
-		return nil, err
+	// One agent per hypervisor; the first writes to DataDir, the others to
+	// DataDir/agent-<namespace>. Restart steps restart the first.
+	var pipes []*Pipeline
+	defer func() {
+		for _, p := range pipes {
+			p.Close()
+		}
+	}()
+	stopAll := func() error {
+		var errs []error
+		for _, p := range pipes {
+			errs = append(errs, p.Stop(context.WithoutCancel(ctx)))
+		}
+		return errors.Join(errs...)
 	}
-	defer p.Close()
+	for i, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
+		po := PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir, Hypervisor: hv, ExtraConfig: sc.Config}
+		if i == 0 {
+			po.PinDir = pinDir
+		} else {
+			po.DataDir = filepath.Join(o.DataDir, "agent-"+hv)
+		}
+		p, err := l.StartPipeline(ctx, po)
+		if err != nil {
+			return nil, errors.Join(err, stopAll())
+		}
+		pipes = append(pipes, p)
+	}
+	p := pipes[0]
 	l.pipe = p
 	out.StepTimes, err = l.runSteps(ctx, sc.Steps)
 	stepErr := err
@@ -480,7 +567,7 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		// The last process exports the pinned table at its stop.
 		stepErr = p.Restart(ctx, false, true)
 	}
-	stopErr := p.Stop(context.WithoutCancel(ctx))
+	stopErr := stopAll()
 	out.RunTime = time.Since(runStart)
 	if err := errors.Join(stepErr, stopErr); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -494,17 +581,39 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 			}
 		}
 	}
-	flows, err := ReadFlows(p.DataDir())
-	if err != nil {
-		return nil, err
+	var flows []schemas.Flow
+	var sources []string
+	for i, q := range pipes {
+		fl, err := ReadFlows(q.DataDir())
+		if err != nil {
+			return nil, err
+		}
+		// Each agent's records against its own meters: byte-exact per
+		// agent, tap and direction.
+		c, err := RunConservation(fl, q.DataDir(), q.LogPath())
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, c.Source)
+		if i == 0 {
+			out.Conservation = c
+		} else {
+			out.Conservation = out.Conservation.merge(c)
+		}
+		flows = append(flows, fl...)
+	}
+	if len(pipes) > 1 {
+		// No record identity twice across the agents either.
+		out.Conservation.Duplicates = CheckConservation(flows, nil).Duplicates
+		out.Conservation.Source = fmt.Sprintf("%d agents: %s", len(pipes), strings.Join(sources, "; "))
 	}
 	out.Flows, out.Cloud = flows, l.Cloud
 	out.Table = l.Cloud.Table(flows)
 	out.Checks = sc.Evaluate(l.Cloud, flows)
-	if out.Conservation, err = RunConservation(flows, p.DataDir(), p.LogPath()); err != nil {
-		return nil, err
+	for _, q := range pipes[1:] {
+		out.Problems = append(out.Problems, q.Problems()...)
 	}
-	out.Problems = p.Problems()
+	out.Problems = append(p.Problems(), out.Problems...)
 	out.Total = time.Since(start)
 	return out, nil
 }
@@ -547,6 +656,14 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.SetPresent(s.Remove, false)
 		case s.Failover != "":
 			_, _, err = l.Failover(ctx, s.Failover)
+		case s.Unplug != "":
+			err = l.Unplug(ctx, s.Unplug)
+		case s.Plug != "":
+			err = l.Plug(ctx, s.Plug)
+		case s.Regateway != nil:
+			err = l.Regateway(ctx, s.Regateway.Router, s.Regateway.Network)
+		case s.Migrate != nil:
+			err = l.Migrate(ctx, s.Migrate.Server, s.Migrate.To)
 		case s.Restart != "":
 			if l.pipe == nil {
 				err = errors.New("restart: no tapflow pipeline runs in this lab")

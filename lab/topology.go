@@ -19,10 +19,14 @@ import (
 type Topology struct {
 	// Projects are Keystone project names. "admin" (owner of networks
 	// without a project) and the Octavia service project are implicit.
-	Projects      []string       `yaml:"projects"`
-	Networks      []NetworkSpec  `yaml:"networks"`
-	Routers       []RouterSpec   `yaml:"routers"`
-	Servers       []ServerSpec   `yaml:"servers"`
+	Projects []string      `yaml:"projects"`
+	Networks []NetworkSpec `yaml:"networks"`
+	Routers  []RouterSpec  `yaml:"routers"`
+	Servers  []ServerSpec  `yaml:"servers"`
+	// Hypervisors names compute nodes beyond the implicit first one
+	// ("hv"); each is a namespace with its own bridges, linked to the
+	// first one's, and its own tapflow agent (scenario live-migration).
+	Hypervisors   []string       `yaml:"hypervisors"`
 	LoadBalancers []LBSpec       `yaml:"loadbalancers"`
 	Internet      InternetSpec   `yaml:"internet"`
 	Octavia       OctaviaSpec    `yaml:"octavia"`
@@ -94,6 +98,8 @@ type ServerSpec struct {
 	// the topology: an appliance answering for a network behind it that
 	// Neutron does not know (the target of an extraroute through it).
 	Loopback []string `yaml:"loopback"`
+	// Host is the hypervisor the server starts on (default: the first).
+	Host string `yaml:"host"`
 }
 
 // PortSpec is a server's Neutron port.
@@ -107,6 +113,32 @@ type PortSpec struct {
 	// Inventory false leaves the port (and its server) out of the
 	// inventory file: an unknown VM, until the scenario adds it.
 	Inventory *bool `yaml:"inventory"`
+	// WireMAC is the MAC the guest's device really uses when it differs
+	// from the port's (a VRRP virtual MAC, a spoofed MAC).
+	WireMAC string `yaml:"wire_mac"`
+	// AddressPairs are the port's allowed_address_pairs (mac_address
+	// default: the port's MAC).
+	AddressPairs []AddressPairSpec `yaml:"allowed_address_pairs"`
+	// Subports make the port a trunk parent (Neutron trunk): each a port
+	// of its own on another network, carried on this port's tap tagged
+	// with its VLAN.
+	Subports []SubportSpec `yaml:"subports"`
+}
+
+// SubportSpec is one trunk subport (segmentation_type vlan).
+type SubportSpec struct {
+	Network string `yaml:"network"`
+	VLAN    int    `yaml:"vlan"`
+	// IPs are fixed IPs (IPv4); empty: one from the network's IPv4 subnet.
+	IPs []string `yaml:"ips"`
+	// MAC defaults to the parent's (Neutron's default).
+	MAC string `yaml:"mac"`
+}
+
+// AddressPairSpec is one allowed address pair of a port.
+type AddressPairSpec struct {
+	IPAddress  string `yaml:"ip_address"`
+	MACAddress string `yaml:"mac_address"`
 }
 
 // FIPSpec is a floating IP: `floating_ip: public` or

@@ -30,6 +30,8 @@ import (
 type ServeOptions struct {
 	TCP, UDP, HTTP []string // listen addresses, e.g. "[::]:5001"
 	Ready          string   // file created once every listener is open
+	// VLAN tags the guest's subport traffic (vlan.go), held until exit.
+	VLAN []VLANTag
 }
 
 // Serve runs the lab servers until ctx is done.
@@ -45,6 +47,13 @@ func Serve(ctx context.Context, o ServeOptions, log *slog.Logger) error {
 			c.Close()
 		}
 	}()
+	if len(o.VLAN) > 0 {
+		detach, err := AttachVLANTags(o.VLAN)
+		if err != nil {
+			return err
+		}
+		defer detach()
+	}
 	for _, a := range o.TCP {
 		ln, err := lc.Listen(ctx, "tcp", a)
 		if err != nil {

@@ -97,18 +97,33 @@ var (
 )
 
 func (l *Lab) upHypervisor(ctx context.Context) error {
-	hv := l.Cloud.HVNS()
-	if err := l.nsBase(ctx, hv, noIPv6...); err != nil {
-		return err
-	}
-	for _, n := range l.Cloud.Networks {
-		// STP off (ports forward at once), no multicast snooping (groups
-		// flood, like Neutron's bridges), no addresses.
-		if err := l.ip(ctx, hv, "link", "add", n.Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"); err != nil {
+	for k, hv := range append([]string{l.Cloud.HVNS()}, l.Cloud.Hypervisors...) {
+		if err := l.nsBase(ctx, hv, noIPv6...); err != nil {
 			return err
 		}
-		if err := l.ip(ctx, hv, "link", "set", n.Bridge, "up"); err != nil {
-			return err
+		for _, n := range l.Cloud.Networks {
+			// STP off (ports forward at once), no multicast snooping (groups
+			// flood, like Neutron's bridges), no addresses.
+			if err := l.ip(ctx, hv, "link", "add", n.Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"); err != nil {
+				return err
+			}
+			if err := l.ip(ctx, hv, "link", "set", n.Bridge, "up"); err != nil {
+				return err
+			}
+			if k == 0 {
+				continue
+			}
+			// Another compute node: its bridge joins the first one's over a
+			// veth standing for the overlay tunnel (not tap*: not captured).
+			dev := fmt.Sprintf("vx%d%s", k, n.ID[:10])
+			if err := l.ip(ctx, l.Cloud.HVNS(), "link", "add", dev, "type", "veth", "peer", "name", dev, "netns", hv); err != nil {
+				return err
+			}
+			for _, ns := range []string{l.Cloud.HVNS(), hv} {
+				if err := l.ip(ctx, ns, "link", "set", dev, "master", n.Bridge, "up"); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -118,7 +133,7 @@ func (l *Lab) upHypervisor(ctx context.Context) error {
 // bridge in the hypervisor, the other side p.Dev in p.NS with the port's
 // MAC and addresses.
 func (l *Lab) plug(ctx context.Context, p *Port, v6 bool) error {
-	hv := l.Cloud.HVNS()
+	hv := p.HostNS(l.Cloud)
 	if err := l.ip(ctx, hv, "link", "add", p.HostDev, "type", "veth", "peer", "name", p.Dev, "netns", p.NS); err != nil {
 		return err
 	}
@@ -132,7 +147,7 @@ func (l *Lab) plug(ctx context.Context, p *Port, v6 bool) error {
 	if err := l.ip(ctx, hv, "link", "set", p.HostDev, "master", p.Net.Bridge, "up"); err != nil {
 		return err
 	}
-	if err := l.ip(ctx, p.NS, "link", "set", p.Dev, "address", p.MAC.String()); err != nil {
+	if err := l.ip(ctx, p.NS, "link", "set", p.Dev, "address", p.GuestMAC().String()); err != nil {
 		return err
 	}
 	for _, a := range p.IPs {
@@ -303,39 +318,8 @@ func (l *Lab) upServers(ctx context.Context) error {
 		if err := l.nsBase(ctx, s.NS, quietIPv6...); err != nil {
 			return err
 		}
-		var gw4, gw6 netip.Addr
-		var dev4, dev6 string
-		for _, p := range s.Ports {
-			if err := l.plug(ctx, p, true); err != nil {
-				return err
-			}
-			for _, a := range p.IPs {
-				g := a.Subnet.Gateway
-				if !g.IsValid() {
-					continue
-				}
-				if g.Is4() && !gw4.IsValid() {
-					gw4, dev4 = g, p.Dev
-				}
-				if g.Is6() && !gw6.IsValid() {
-					gw6, dev6 = g, p.Dev
-				}
-			}
-		}
-		if gw4.IsValid() {
-			if err := l.ip(ctx, s.NS, "route", "add", "default", "via", gw4.String(), "dev", dev4); err != nil {
-				return err
-			}
-		}
-		if gw6.IsValid() {
-			if err := l.ip(ctx, s.NS, "-6", "route", "add", "default", "via", gw6.String(), "dev", dev6); err != nil {
-				return err
-			}
-		}
-		for _, rt := range s.Routes {
-			if err := l.ip(ctx, s.NS, "route", "add", rt.Dst.String(), "via", rt.NextHop.String()); err != nil {
-				return err
-			}
+		if err := l.wireServer(ctx, s); err != nil {
+			return err
 		}
 		for _, a := range s.Loopback {
 			if err := l.ip(ctx, s.NS, "addr", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", "lo"); err != nil {
@@ -343,7 +327,64 @@ func (l *Lab) upServers(ctx context.Context) error {
 			}
 		}
 		port := strconv.Itoa(TCPPort)
-		if err := l.serve(s.NS, "vm-"+s.Name, "--tcp", "[::]:"+port, "--udp", "[::]:"+port, "--http", "[::]:"+strconv.Itoa(HTTPPort)); err != nil {
+		args := []string{"--tcp", "[::]:" + port, "--udp", "[::]:" + port, "--http", "[::]:" + strconv.Itoa(HTTPPort)}
+		for _, p := range s.Ports {
+			for _, sp := range p.Subports {
+				// The lab server of a trunk's guest holds its VLAN tagging.
+				args = append(args, "--vlan", VLANTag{Dev: p.Dev, VID: sp.VLAN, Subnet: sp.Port.IPs[0].Subnet.Prefix}.String())
+			}
+		}
+		if err := l.serve(s.NS, "vm-"+s.Name, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wireServer plugs a server's ports (veths, MACs, addresses) and adds its
+// default and in-guest routes: at Up, and again when a scenario plugs it
+// back (events.go).
+func (l *Lab) wireServer(ctx context.Context, s *Server) error {
+	var gw4, gw6 netip.Addr
+	var dev4, dev6 string
+	for _, p := range s.Ports {
+		if err := l.plug(ctx, p, true); err != nil {
+			return err
+		}
+		for _, sp := range p.Subports {
+			// A subport's addresses sit on the parent's device; its
+			// frames are tagged by the guest's lab server (vlan.go).
+			for _, a := range sp.Port.IPs {
+				if err := l.ip(ctx, p.NS, "addr", "add", netip.PrefixFrom(a.Addr, a.Subnet.Prefix.Bits()).String(), "dev", p.Dev); err != nil {
+					return err
+				}
+			}
+		}
+		for _, a := range p.IPs {
+			g := a.Subnet.Gateway
+			if !g.IsValid() {
+				continue
+			}
+			if g.Is4() && !gw4.IsValid() {
+				gw4, dev4 = g, p.Dev
+			}
+			if g.Is6() && !gw6.IsValid() {
+				gw6, dev6 = g, p.Dev
+			}
+		}
+	}
+	if gw4.IsValid() {
+		if err := l.ip(ctx, s.NS, "route", "add", "default", "via", gw4.String(), "dev", dev4); err != nil {
+			return err
+		}
+	}
+	if gw6.IsValid() {
+		if err := l.ip(ctx, s.NS, "-6", "route", "add", "default", "via", gw6.String(), "dev", dev6); err != nil {
+			return err
+		}
+	}
+	for _, rt := range s.Routes {
+		if err := l.ip(ctx, s.NS, "route", "add", rt.Dst.String(), "via", rt.NextHop.String()); err != nil {
 			return err
 		}
 	}

@@ -59,6 +59,10 @@ type Schema[T any] struct {
 	// of one partition twice: redeliveries of committed batches are acked
 	// without writing (see ledger).
 	Identity func(*T) (agent string, batchSeq int64)
+
+	// rows, set only for T = schemas.Row (FlowRowSchema, MeterRowSchema),
+	// writes through the Parquet column writers (columns.go).
+	rows *schemas.Table[schemas.Row]
 }
 
 func (sc Schema[T]) validate() error {
@@ -167,7 +171,7 @@ type file[T any] struct {
 	final       string // set once renamed
 	f           *os.File
 	out         countingWriter
-	w           *pq.GenericWriter[T]
+	w           fileWriter[T]
 	rows        int64 // rows written
 	flushedRows int64 // rows in row groups already written out
 	groupRows   int64 // rows in the current row group

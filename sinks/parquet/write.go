@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	pq "github.com/parquet-go/parquet-go"
-
 	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/pipeline"
 )
@@ -240,7 +238,7 @@ func (s *Sink[T]) open(hour int64) (*file[T], error) {
 	}
 	f := &file[T]{hour: hour, dir: dir, tmp: tmp, f: fd}
 	f.out.f = fd
-	f.w = pq.NewGenericWriter[T](&f.out, s.wopts...)
+	f.w = s.newFileWriter(&f.out)
 	if len(s.files) == 0 {
 		s.startTimer()
 	}

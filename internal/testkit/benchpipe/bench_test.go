@@ -110,8 +110,55 @@ func count(batches [][]schemas.Flow) int {
 
 // BenchmarkPipelineParquet: records → Arrow IPC (zstd) → JetStream
 // (embedded, in-process) → durable consumer → Parquet (zstd), the path of
-// `tapflow run`, in one process.
-func BenchmarkPipelineParquet(b *testing.B) {
+// `tapflow run`, in one process: the collector keeps every message in its
+// Arrow columns (schemas.Row) and writes them straight into the Parquet
+// column writers.
+func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true) }
+
+// BenchmarkPipelineParquetRows is the same pipeline with the collector's
+// former record path (messages decoded into schemas.Flow, written by
+// GenericWriter[Flow]), kept as the baseline of the columnar one.
+func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false) }
+
+// collectorFor builds the collector pipeline of either path.
+func collectorFor(b *testing.B, s *transporttest.Server, out string, cols bool) interface{ Run(context.Context) error } {
+	pcfg := parquet.DefaultConfig()
+	pcfg.Output = out
+	jcfg := consume.DefaultConfig()
+	jcfg.AckWait = units.Duration(10 * time.Minute)
+	opts := parquet.Options{Node: "bench", Logger: quiet, Registry: prometheus.NewRegistry()}
+	copts := consume.Options{Drain: true, Logger: quiet}
+	if cols {
+		sink, err := parquet.NewFor(pcfg, parquet.FlowRowSchema, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		src, err := consume.NewRows(s.JS, jcfg, copts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		coll, err := pipeline.NewRunnerOf(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return coll
+	}
+	sink, err := parquet.New(pcfg, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := consume.New(s.JS, jcfg, copts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	coll, err := pipeline.NewRunner(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return coll
+}
+
+func benchPipelineParquet(b *testing.B, cols bool) {
 	batches := records(b)
 	n := count(batches)
 	s := transporttest.Run(b, "")
@@ -123,20 +170,8 @@ func BenchmarkPipelineParquet(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		pcfg := parquet.DefaultConfig()
-		pcfg.Output = out
-		sink, err := parquet.New(pcfg, parquet.Options{Node: "bench", Logger: quiet, Registry: prometheus.NewRegistry()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		jcfg := consume.DefaultConfig()
-		jcfg.AckWait = units.Duration(10 * time.Minute)
-		src, err := consume.New(s.JS, jcfg, consume.Options{Drain: true, Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
 		agent, _ := pipeline.NewRunner(pipeline.Config{Name: "agent"}, &replay{batches}, nil, pub, nil, quiet)
-		coll, _ := pipeline.NewRunner(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+		coll := collectorFor(b, s, out, cols)
 
 		startWall, startCPU := time.Now(), cpuTime()
 		aCtx, aStop := context.WithCancel(context.Background())

@@ -105,12 +105,14 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 				}
 			}
 			if _, err := cw.WriteRowValues(v); err != nil {
-				clear(v) // drop references to the batch
+				clear(c.vals[:cap(c.vals)])
 				return start, fmt.Errorf("column %d: %w", p, err)
 			}
-			clear(v)
 		}
 	}
+	// Drop the references into the batch once, not per column: the
+	// buffer must not keep a committed message alive.
+	clear(c.vals[:cap(c.vals)])
 	return len(rows), nil
 }
 

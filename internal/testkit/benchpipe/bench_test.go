@@ -113,12 +113,21 @@ func count(batches [][]schemas.Flow) int {
 // `tapflow run`, in one process: the collector keeps every message in its
 // Arrow columns (schemas.Row) and writes them straight into the Parquet
 // column writers.
-func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true) }
+func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true, "") }
 
 // BenchmarkPipelineParquetRows is the same pipeline with the collector's
 // former record path (messages decoded into schemas.Flow, written by
 // GenericWriter[Flow]), kept as the baseline of the columnar one.
-func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false) }
+func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false, "") }
+
+// BenchmarkPipelineCodec is BenchmarkPipelineParquet with each wire codec
+// (nats.codec): agent encode, NATS and collector decode CPU together, and
+// wire-B/record (stream bytes per record, headers included).
+func BenchmarkPipelineCodec(b *testing.B) {
+	for _, c := range schemas.Codecs {
+		b.Run(c, func(b *testing.B) { benchPipelineParquet(b, true, c) })
+	}
+}
 
 // collectorFor builds the collector pipeline of either path.
 func collectorFor(b *testing.B, s *transporttest.Server, out string, cols bool) interface{ Run(context.Context) error } {
@@ -158,7 +167,7 @@ func collectorFor(b *testing.B, s *transporttest.Server, out string, cols bool) 
 	return coll
 }
 
-func benchPipelineParquet(b *testing.B, cols bool) {
+func benchPipelineParquet(b *testing.B, cols bool, codec string) {
 	batches := records(b)
 	n := count(batches)
 	s := transporttest.Run(b, "")
@@ -166,7 +175,11 @@ func benchPipelineParquet(b *testing.B, cols bool) {
 	var disk int64
 	for i := 0; b.Loop(); i++ {
 		out := b.TempDir()
-		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
+		ncfg := transport.DefaultConfig()
+		if codec != "" {
+			ncfg.Codec = codec
+		}
+		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: ncfg, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -202,6 +215,27 @@ func benchPipelineParquet(b *testing.B, cols bool) {
 		_ = st.Purge(context.Background())
 	}
 	report(b, n, wall, cpu, disk)
+	if codec != "" {
+		b.ReportMetric(wireBytes(b, batches, codec)/float64(n), "wire-B/record")
+	}
+}
+
+// wireBytes is what the message bodies of batches weigh with codec (the
+// stream's retention drops acked messages, so it is computed, not read).
+func wireBytes(b *testing.B, batches [][]schemas.Flow, codec string) float64 {
+	enc, err := schemas.NewEncoder(codec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	for _, recs := range batches {
+		body, err := enc.Encode(nil, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += len(body)
+	}
+	return float64(n)
 }
 
 // pubDone reports whether the stream has received n records' worth of

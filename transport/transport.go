@@ -62,8 +62,10 @@ type Config struct {
 	// so other agents and collectors can connect. Empty (default): the
 	// embedded server is reachable only in-process.
 	Listen string `yaml:"listen"`
-	// Codec compresses Arrow IPC bodies on the wire: zstd (default),
-	// arrow-zstd, lz4, none (schemas.Codecs; docs/subscribers.md).
+	// Codec compresses Arrow IPC bodies on the wire: lz4 (default: Arrow's
+	// own LZ4_FRAME buffer compression, the least CPU on both sides per
+	// record sent once NATS's per-byte cost is counted), zstd, arrow-zstd,
+	// none (schemas.Codecs; measurements in docs/subscribers.md).
 	Codec string `yaml:"codec"`
 	// StreamMaxBytes caps the backlog of TAPFLOW_FLOWS on disk (default
 	// 10GiB): the batches not yet acked by every consumer (interest
@@ -121,7 +123,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Codec:                "zstd",
+		Codec:                schemas.CodecLZ4,
 		StreamMaxBytes:       10 << 30,
 		MetersStreamMaxBytes: MetersMaxBytes,
 		Replicas:             1,

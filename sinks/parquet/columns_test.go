@@ -8,8 +8,12 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"weak"
 
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tapflow/tapflow/internal/units"
 
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/pipeline"
@@ -180,5 +184,109 @@ func TestRowsDedupe(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Output); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRowsMemoryBounded is TestMemoryBounded for the columnar path: a
+// written message's Arrow columns are let go while its file is open
+// (only its ack waits for the commit), and pushing 10× roll_size through
+// keeps the live heap bounded, with every record committed once.
+func TestRowsMemoryBounded(t *testing.T) {
+	const perBatch = 4096
+	const bound = 24 << 20 // live-heap growth allowed, bytes
+	base := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	enc, err := schemas.NewEncoder(schemas.CodecLZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := schemas.NewDecoderFor(schemas.FlowRows)
+	for _, tc := range []struct {
+		name     string
+		rollSize int64
+		batches  int
+		hours    int
+		open     bool // the file stays open until the input closes
+	}{
+		{name: "one open file holds many messages", rollSize: 1 << 30, batches: 96, hours: 1, open: true},
+		{name: "10x roll_size over several hours", rollSize: 64 << 10, batches: 96, hours: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.RollSize = units.ByteSize(tc.rollSize)
+			cfg.RollAge = units.Duration(time.Hour)
+			cfg.RowGroupRows = 4096
+			s, err := NewFor(cfg, FlowRowSchema, Options{Node: "node-a", Logger: slog.New(&logCounter{}), Dedupe: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			a := newAcks()
+			in := make(chan *pipeline.BatchOf[schemas.Row])
+			done := make(chan error, 1)
+			go func() { done <- s.Run(context.Background(), in) }()
+			before := liveHeap()
+			var released []weak.Pointer[schemas.Chunk]
+			var sent uint64
+			maxGrowth := int64(0)
+			for i := range tc.batches {
+				seq := int64(i + 1)
+				body, err := enc.Encode(nil, agentBatch("agent-a", seq, perBatch, tc.hours, base))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows, err := dec.Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent += uint64(len(body)) * 3 // the decoded columns: ≥ 3× the lz4 body
+				released = append(released, weak.Make(rows[0].Chunk()))
+				b := pipeline.NewBatchOf(rows, func(err error) {
+					a.mu.Lock()
+					defer a.mu.Unlock()
+					a.err[seq] = err
+					a.calls[seq]++
+				})
+				b.Seq = seq
+				in <- b
+				if i%16 == 15 {
+					maxGrowth = max(maxGrowth, int64(liveHeap())-int64(before))
+				}
+			}
+			maxGrowth = max(maxGrowth, int64(liveHeap())-int64(before))
+			if tc.open {
+				if ok, failed := a.state(); ok+failed != 0 {
+					t.Fatalf("%d messages acked before the commit; want none (the file is open)", ok+failed)
+				}
+				kept := 0
+				for _, w := range released[:len(released)-2] { // the last may still be in the sink's hands
+					if w.Value() != nil {
+						kept++
+					}
+				}
+				if kept > 0 {
+					t.Errorf("%d of %d written messages still have their columns in memory while the file is open; want 0", kept, len(released)-2)
+				}
+			}
+			if maxGrowth > bound {
+				t.Errorf("live heap grew by %d MiB while ≥ %d MiB of columns went through; want at most %d MiB", maxGrowth>>20, sent>>20, bound>>20)
+			}
+			close(in)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if ok, failed := a.state(); ok != tc.batches || failed != 0 {
+				t.Fatalf("%d messages acked ok, %d failed; want %d ok", ok, failed, tc.batches)
+			}
+			committed := testutil.ToFloat64(s.m.bytes)
+			if !tc.open && committed < 10*float64(tc.rollSize) {
+				t.Errorf("%v bytes committed; want at least 10× roll_size (%d)", committed, 10*tc.rollSize)
+			}
+			want := make([][]schemas.Flow, tc.batches)
+			for i := range want {
+				want[i] = agentBatch("agent-a", int64(i+1), perBatch, tc.hours, base)
+			}
+			exactlyOnce(t, cfg.Output, want)
+			t.Logf("%d records (≥ %d MiB of columns, %v bytes committed): live heap growth at most %d KiB", tc.batches*perBatch, sent>>20, committed, maxGrowth>>10)
+		})
 	}
 }

@@ -31,14 +31,20 @@ const (
 	rssHours    = 8     // every message spans 8 hours: 8 open files
 )
 
-// rssMessagesWire are the wire bodies (Arrow IPC, zstd, as the agent
-// publishes) of 8 distinct messages (≈15 MiB in all, part of the RSS
-// measured), each of rssBatch records spread over rssHours hours in
-// time_end order.
-var rssMessagesWire = sync.OnceValue(func() [][]byte {
+// rssMessagesWire are the wire bodies (Arrow IPC) of 8 distinct
+// messages (≈15 MiB in all with zstd, part of the RSS measured), each of
+// rssBatch records spread over rssHours hours in time_end order, per
+// codec: zstd (the agent's default until lz4 became it; the edge=N
+// history is measured with it) and lz4 (columns-lz4: today's default).
+var rssMessagesWire = map[string]func() [][]byte{
+	schemas.CodecZstd: sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecZstd) }),
+	schemas.CodecLZ4:  sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecLZ4) }),
+}
+
+func encodeRSSMessages(codec string) [][]byte {
 	const distinct = 8
 	all := parquettest.Flows(parquettest.Spec{Records: distinct * rssBatch, Span: rssHours*time.Hour - time.Minute})
-	enc, err := schemas.NewEncoder("zstd")
+	enc, err := schemas.NewEncoder(codec)
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +62,7 @@ var rssMessagesWire = sync.OnceValue(func() [][]byte {
 		}
 	}
 	return out
-})
+}
 
 // rssSource plays the collector's JetStream source: it decodes every
 // message into fresh records (as consume does) and stamps its batch_seq.
@@ -118,8 +124,8 @@ func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[sch
 		}
 		seq := int64(i + 1)
 		if len(rows) > 0 {
-			// The zstd frame was decompressed into fresh memory: the
-			// column is this message's own.
+			// The body was decompressed (zstd, lz4) into fresh memory:
+			// the column is this message's own.
 			v := rows[0].Chunk().Int64s(col)
 			for j := range v {
 				v[j] = seq
@@ -157,7 +163,9 @@ func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[sch
 // edge=N is today's record path (messages decoded into schemas.Flow,
 // written with GenericWriter[Flow]), kept as the baseline;
 // columns/edge=N is the collector's path (schemas.Row: Arrow columns
-// written straight into the Parquet column writers, FlowRowSchema).
+// written straight into the Parquet column writers, FlowRowSchema), all
+// on zstd messages; columns-lz4/edge=2 is the collector's path on lz4
+// messages, the agent's default wire codec now.
 //
 // Reported: records/s (wall), records/cpu-s (≈ per core), peak-RSS-MiB
 // (VmHWM of the process, reset before each run via /proc/self/clear_refs),
@@ -165,11 +173,12 @@ func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[sch
 // disk.
 func BenchmarkCollectorRSS(b *testing.B) {
 	for _, edge := range []int{16, 2} {
-		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, false) })
+		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, false, schemas.CodecZstd) })
 	}
 	for _, edge := range []int{16, 2} {
-		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, true) })
+		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, true, schemas.CodecZstd) })
 	}
+	b.Run("columns-lz4/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecLZ4) })
 }
 
 // collectorRun is one pipeline of either path.
@@ -177,8 +186,8 @@ type collectorRun interface {
 	Run(ctx context.Context) error
 }
 
-func benchCollectorRSS(b *testing.B, edge int, cols bool) {
-	msgs := rssMessagesWire()
+func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
+	msgs := rssMessagesWire[codec]()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var peakRSS, peakHeap uint64
 	var diskBytes int64

@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/tapflow
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/tapflow/tapflow/internal/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/tapflow/tapflow/internal/version.Version=$(VERSION) -X github.com/tapflow/tapflow/internal/version.Revision=$(REVISION)
 DEMO_DIR ?= demo-data
 DEMO_SECONDS ?= 20
 # Go test flags; override e.g. TESTFLAGS='-run TestX -v'.
@@ -18,13 +19,26 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build package test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/tapflow (static, no cgo).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tapflow
+
+# nfpm (github.com/goreleaser/nfpm/v2) is run at a pinned version with
+# `go run pkg@version` (the Go build cache keeps the binary) instead of
+# being a dependency of the main module: only packaging needs it.
+NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DIST ?= dist
+DEB_VERSION ?= $(shell deploy/package/version.sh)
+
+package: ## Build the Debian package dist/tapflow_<version>_amd64.deb (nfpm; binary, systemd units, example config, user tapflow).
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/tapflow ./cmd/tapflow
+	TAPFLOW_BIN=$(DIST)/tapflow TAPFLOW_VERSION=$(DEB_VERSION) $(NFPM) package --config deploy/package/nfpm.yaml --packager deb --target $(DIST)/tapflow_$(DEB_VERSION)_amd64.deb
+	@rm -f $(DIST)/tapflow
 
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
@@ -72,12 +86,13 @@ test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of mak
 # table, each with its baseline from the same run (docs/architecture.md).
 BENCH_OUT ?= bin/bench.txt
 
-bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, inventory snapshots at 100k ports and 1,000 agents, eBPF (root); then one table of the goal figures with their baselines.
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, eBPF (root); then one table of the goal figures with their baselines.
 	@mkdir -p $(dir $(BENCH_OUT)) && : > $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/ ./bpf/source/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench 'Fleet|1000Agents' -benchmem -timeout 40m ./enrich/provider/natsinv/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/ | tee -a $(BENCH_OUT)
 	@if [ "$$(id -u)" = 0 ]; then set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./bpf/... | tee -a $(BENCH_OUT); else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 	@$(GO) run ./internal/testkit/benchtable $(BENCH_OUT)
 
@@ -96,4 +111,4 @@ check-generate: ## Fail when committed generated code is stale.
 	 else echo "check-generate: clang/libbpf-dev missing, eBPF object check skipped (make deps as root installs them)"; fi
 
 clean: ## Remove build output and demo data.
-	rm -rf bin $(DEMO_DIR)
+	rm -rf bin dist $(DEMO_DIR)

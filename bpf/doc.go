@@ -12,6 +12,10 @@
 // frame per interface slot and direction, and every byte the ring buffer
 // refused, so that Σ record bytes = meter bytes − lost bytes.
 //
+// With Spec.PinDir the maps are pinned in bpffs and adopted by the next
+// load (pin.go); Ring reads the ring buffer without consuming it until
+// Commit (ring.go).
+//
 // Regenerate with `make generate` (Debian clang 14, -mcpu=v3); bpf/gen.sh
 // check fails when the committed output is stale.
 package bpf

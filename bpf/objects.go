@@ -100,6 +100,9 @@ type Spec struct {
 	ActiveTimeout time.Duration // export long flows at least this often
 	CacheSlots    uint32        // per-CPU flow-cache slots per generation: a power of two; 0 = DefaultCacheSlots
 	NoCache       bool          // every packet goes to the flow table (tests and benchmarks)
+	// PinDir, when set, pins the maps in bpffs below it (see pin.go) and
+	// adopts those a previous run pinned there; their sizes win.
+	PinDir string
 }
 
 // DefaultCacheSlots is the per-CPU flow cache's size (slots per CPU per
@@ -215,6 +218,15 @@ type Objects struct {
 	flushing bool
 	flushPos uint32
 	cent     []FlowCent // scratch for per-CPU lookups
+
+	// Pinning (PinDir set): where, whether the maps were adopted, and the
+	// userspace bookkeeping maps.
+	stateDir   string
+	adopted    bool
+	adoptDiffs []string
+	meterState *ebpf.Map
+	meterPub   *ebpf.Map
+	lock       *os.File // flock on PinDir
 }
 
 // Load checks the kernel, sizes the maps from s and loads everything. It
@@ -229,9 +241,41 @@ func Load(s Spec) (*Objects, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", explain(err))
 	}
+	var (
+		stateDir string
+		adopted  bool
+		diffs    []string
+		lock     *os.File
+	)
+	if s.PinDir != "" {
+		var err error
+		if adopted, err = preparePinDir(s.PinDir); err != nil {
+			return nil, err
+		}
+		if lock, err = lockPinDir(s.PinDir); err != nil {
+			return nil, err
+		}
+		stateDir = StateDir(s.PinDir)
+		if adopted {
+			if diffs, err = adoptSizes(&s, stateDir); err != nil {
+				lock.Close()
+				return nil, err
+			}
+		}
+	}
 	spec, err := loadFlow()
 	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
 		return nil, fmt.Errorf("parse embedded flow.bpf.o: %w", err)
+	}
+	var opts *ebpf.CollectionOptions
+	if stateDir != "" {
+		for _, n := range pinnedMaps {
+			spec.Maps[n].Pinning = ebpf.PinByName
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stateDir}}
 	}
 	spec.Maps[flowMapFlows4].MaxEntries = s.FlowEntries
 	spec.Maps[flowMapFlows6].MaxEntries = s.flow6Entries()
@@ -253,13 +297,37 @@ func Load(s Spec) (*Objects, error) {
 			return nil, fmt.Errorf("set cache_off: %w", err)
 		}
 	}
-	o := &Objects{spec: s}
-	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
+	o := &Objects{spec: s, stateDir: stateDir, adopted: adopted, adoptDiffs: diffs, lock: lock}
+	if err := spec.LoadAndAssign(&o.objs, opts); err != nil {
+		if lock != nil {
+			lock.Close()
+		}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
+			if miss := MissingCaps(); len(miss) > 0 {
+				// Without CAP_PERFMON the verifier forbids pointer
+				// arithmetic the programs need ("prohibited for !root"):
+				// name the capability, not just the verifier's last line.
+				return nil, fmt.Errorf("load flow programs: the verifier refused them: %w", permissionError(ve))
+			}
 			return nil, fmt.Errorf("load flow programs: verifier rejected them (kernel %s): %+v", kernelRelease(), ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("load flow programs: the maps pinned in %s do not fit this version's (%w): export them with the version that made them (`tapflow agent --detach`) or discard them (`tapflow capture detach`)", stateDir, err)
+		}
 		return nil, fmt.Errorf("load flow programs: %w", explain(err))
+	}
+	if stateDir != "" {
+		if err := o.userMaps(); err != nil {
+			o.Close()
+			return nil, err
+		}
+		if adopted {
+			if err := o.adoptCache(); err != nil {
+				o.Close()
+				return nil, err
+			}
+		}
 	}
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -457,13 +525,28 @@ func (o *Objects) FlushCache() (merged uint32, deferred bool, err error) {
 // flushChunk is how many (CPU, slot) positions one flush run visits.
 const flushChunk = 1 << 20
 
-// Close releases every kernel object.
+// Close releases this process's handles on every kernel object. Pinned
+// maps stay (Unpin removes them).
 func (o *Objects) Close() error {
-	if err := o.objs.Close(); err != nil {
-		return fmt.Errorf("close flow objects: %w", err)
+	var errs []error
+	for _, m := range []*ebpf.Map{o.meterState, o.meterPub} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
-	return nil
+	if err := o.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close flow objects: %w", err))
+	}
+	if o.lock != nil {
+		errs = append(errs, o.lock.Close())
+		o.lock = nil
+	}
+	return errors.Join(errs...)
 }
+
+// AdoptedSizes lists the pinned map sizes that differ from the
+// configured ones (they win until the state is detached).
+func (o *Objects) AdoptedSizes() []string { return o.adoptDiffs }
 
 // SetSlot makes frames of ifindex count into meter slot (1..Interfaces).
 func (o *Objects) SetSlot(ifindex, slot uint32) error {
@@ -582,7 +665,7 @@ func MonotonicCoarse() (uint64, error) {
 func explain(err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("permission denied: tapflow capture needs root or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (running as uid %d): %w", os.Geteuid(), err)
+		return permissionError(err)
 	case errors.Is(err, ebpf.ErrNotSupported):
 		return fmt.Errorf("kernel %s lacks a needed eBPF feature: %w", kernelRelease(), err)
 	}

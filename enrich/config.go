@@ -47,6 +47,9 @@ type InventoryConfig struct {
 	// Serve configures `tapflow inventory serve` (which reads the
 	// cloud through provider "file" or "openstack").
 	Serve ServeConfig `yaml:"serve"`
+	// Lookup tunes the targeted lookups of unknown VM MACs: the agent's
+	// side (provider "nats") and the service's.
+	Lookup LookupConfig `yaml:"lookup"`
 	// OpenStack configures provider "openstack" (auth, interface,
 	// region, ...); see package enrich/provider/openstack.
 	OpenStack openstack.Config `yaml:"openstack"`
@@ -59,6 +62,21 @@ type ServeConfig struct {
 	Lease units.Duration `yaml:"lease"`
 	// Instance names this instance in the lease (default: node).
 	Instance string `yaml:"instance"`
+}
+
+// LookupConfig is `inventory.lookup` (package enrich/lookup).
+type LookupConfig struct {
+	// Interval (agent): a MAC is asked at most once per interval.
+	Interval units.Duration `yaml:"interval"`
+	// Timeout (agent): one request waits this long for the reply.
+	Timeout units.Duration `yaml:"timeout"`
+	// Window (service): the same MAC asked again within it, by any
+	// agent, costs no new provider query.
+	Window units.Duration `yaml:"window"`
+	// Rate (service): provider queries per second on average; Burst how
+	// many at once.
+	Rate  float64 `yaml:"rate"`
+	Burst int     `yaml:"burst"`
 }
 
 // LateBindingConfig sizes the late-binding buffer.
@@ -78,7 +96,9 @@ func DefaultConfig() Config {
 	return Config{
 		Inventory: InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second),
 			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig(),
-			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10, Serve: ServeConfig{Lease: units.Duration(15 * time.Second)}},
+			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10, Serve: ServeConfig{Lease: units.Duration(15 * time.Second)},
+			Lookup: LookupConfig{Interval: units.Duration(30 * time.Second), Timeout: units.Duration(2 * time.Second),
+				Window: units.Duration(10 * time.Second), Rate: 0.2, Burst: 3}},
 		GhostGrace:   units.Duration(60 * time.Second),
 		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
 		MaxRouteHops: 16,
@@ -116,6 +136,7 @@ func (c Config) Validate() error {
 	if c.Inventory.Serve.Lease.D() < time.Second {
 		e.Add("inventory.serve.lease", fmt.Sprintf("%s is too short", c.Inventory.Serve.Lease), "use at least 1s, e.g. 15s")
 	}
+	e.Merge("inventory.lookup", c.Inventory.Lookup.Validate())
 	if c.Inventory.PollInterval.D() < 100*time.Millisecond {
 		e.Add("inventory.poll_interval", fmt.Sprintf("%s is too short", c.Inventory.PollInterval), "use at least 100ms, e.g. 5s")
 	}
@@ -130,6 +151,27 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRouteHops < 1 {
 		e.Add("max_route_hops", fmt.Sprintf("%d is below 1", c.MaxRouteHops), "use e.g. 16")
+	}
+	return e.Err()
+}
+
+// Validate checks inventory.lookup (paths relative to it).
+func (c LookupConfig) Validate() error {
+	var e units.Errors
+	if d := c.Interval.D(); d < 100*time.Millisecond || d > time.Hour {
+		e.Add("interval", fmt.Sprintf("%s is out of range", c.Interval), "use 100ms..1h, e.g. 30s (half of late_binding.window: a MAC gets a second chance within it)")
+	}
+	if d := c.Timeout.D(); d < 10*time.Millisecond || d > time.Minute {
+		e.Add("timeout", fmt.Sprintf("%s is out of range", c.Timeout), "use 10ms..1m, e.g. 2s")
+	}
+	if d := c.Window.D(); d < 100*time.Millisecond || d > time.Hour {
+		e.Add("window", fmt.Sprintf("%s is out of range", c.Window), "use 100ms..1h, e.g. 10s")
+	}
+	if r := c.Rate; !(r > 0) || r > 1000 {
+		e.Add("rate", fmt.Sprintf("%g is out of range", r), "use queries per second above 0 and at most 1000, e.g. 0.2 (one per 5 s)")
+	}
+	if c.Burst < 1 || c.Burst > 10000 {
+		e.Add("burst", fmt.Sprintf("%d is out of range", c.Burst), "use 1..10000, e.g. 3")
 	}
 	return e.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,15 @@ func TestConfigValidate(t *testing.T) {
 		{"late binding without window", func(c *Config) { c.LateBinding.Window = 0 }, []string{"late_binding.window"}},
 		{"late binding off needs no window", func(c *Config) { c.LateBinding = LateBindingConfig{} }, nil},
 		{"negative buffer", func(c *Config) { c.LateBinding.MaxRecords = -1 }, []string{"late_binding.max_records"}},
+		{"lookup out of range", func(c *Config) {
+			c.Inventory.Lookup = LookupConfig{Interval: units.Duration(time.Millisecond), Timeout: units.Duration(2 * time.Minute),
+				Window: 0, Rate: -1, Burst: 0}
+		}, []string{"inventory.lookup.interval", "inventory.lookup.timeout", "inventory.lookup.window", "inventory.lookup.rate", "inventory.lookup.burst"}},
+		{"lookup rate NaN", func(c *Config) { c.Inventory.Lookup.Rate = math.NaN() }, []string{"inventory.lookup.rate"}},
+		{"lookup tuned for a test", func(c *Config) {
+			c.Inventory.Lookup = LookupConfig{Interval: units.Duration(time.Second), Timeout: units.Duration(time.Second),
+				Window: units.Duration(time.Second), Rate: 5, Burst: 10}
+		}, nil},
 		{"zero hops", func(c *Config) { c.MaxRouteHops = 0 }, []string{"max_route_hops"}},
 		{"all at once", func(c *Config) { c.Inventory.File, c.MaxRouteHops = "", 0 }, []string{"inventory.file", "max_route_hops"}},
 	}

@@ -3,6 +3,7 @@ package enrich
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 )
 
@@ -33,7 +34,14 @@ type metrics struct {
 
 var zoneIndex = [...]snapshot.Zone{snapshot.ZoneExternal, snapshot.ZoneSameTenant, snapshot.ZoneOtherTenant, snapshot.ZoneInfra, snapshot.ZoneMiss, snapshot.ZoneShared, snapshot.ZoneMulticast}
 
+// anomalyClasses are the values of tapflow_attribution_anomalies_total{class}.
+var anomalyClasses = []string{snapshot.AnomalyInvalidMAC, snapshot.AnomalyInvalidCIDR, snapshot.AnomalyInvalidIP,
+	snapshot.AnomalyUnknownNetwork, snapshot.AnomalyMissingProject, snapshot.AnomalyDuplicateMAC, snapshot.AnomalyDuplicateRouterMAC,
+	snapshot.AnomalyCycle, snapshot.AnomalyAmbiguity, snapshot.AnomalyMaxHops, snapshot.AnomalyDanglingRoute,
+	snapshot.AnomalyMultiExternalPath, snapshot.AnomalyOctaviaSkipped, snapshot.AnomalyTrunkSkipped}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	guard := inventory.NewGuardMetrics()
 	m := &metrics{
 		recordsByZone: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_enrich_records_total", Help: "Records attributed, by zone."}, []string{"zone"}),
 		badRecords:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_enrich_bad_records_total", Help: "Records whose direction, MACs or IPs did not parse (attributed from what parsed)."}),
@@ -50,12 +58,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		amphoraMACs:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_amphora_macs", Help: "Amphora data port MACs billed to a load balancer owner; 0 while LBs exist means the join stopped resolving."}),
 		routerMACs:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_router_macs", Help: "Gatewayed router interface MACs carrying an exit label."}),
 		buildSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_build_seconds", Help: "Time the last snapshot build took."}),
-		invHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_held",
-			Help: "1 while an inventory that lost more than inventory.max_drop_fraction of the ports is held back (the previous snapshot stays in use)."}),
-		heldTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_inventory_held_total",
-			Help: "Inventories held back for losing more than inventory.max_drop_fraction of the ports."}),
-		confirmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_drop_confirmed_total",
-			Help: "Held inventories applied, by what confirmed them (reads, operator)."}, []string{"by"}),
+		invHeld:       guard.Held,
+		heldTotal:     guard.HeldTotal,
+		confirmed:     guard.Confirmed,
 	}
 	for _, c := range []prometheus.Collector{m.recordsByZone, m.badRecords, m.held, m.resolved, m.released, m.version, m.builtAt, m.reloads, m.anomalies, m.snapAnomalies, m.endpoints, m.ghosts, m.amphoraMACs, m.routerMACs, m.buildSeconds, m.invHeld, m.heldTotal, m.confirmed} {
 		if err := reg.Register(c); err != nil {
@@ -71,8 +76,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	for _, b := range []string{"reads", "operator"} {
-		m.confirmed.WithLabelValues(b)
+	// Every class exists at 0, so increase() sees the first anomaly.
+	for _, c := range anomalyClasses {
+		m.anomalies.WithLabelValues(c)
 	}
 	return m, nil
 }

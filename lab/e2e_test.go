@@ -32,7 +32,8 @@ import (
 //
 // The test binary is its own helper: re-executed (inside namespaces) with
 // helperEnv set, it is `tapflow lab serve|send`, or `tapflow run` (the
-// same config.Load + app.RunAll as the CLI, race detector included).
+// same config.Load + app.RunAll as the CLI, race detector included), or
+// `tapflow inventory serve` (app.RunInventoryServe).
 
 const helperEnv = "TAPFLOW_LAB_TEST_HELPER"
 
@@ -44,11 +45,15 @@ func TestMain(m *testing.M) {
 }
 
 func helper(args []string) int {
-	if len(args) == 0 || args[0] != "run" {
+	serve := len(args) > 1 && args[0] == "inventory" && args[1] == "serve"
+	if serve {
+		args = args[1:]
+	} else if len(args) == 0 || args[0] != "run" {
 		return lab.HelperMain(args, os.Stdout, os.Stderr)
 	}
-	fset := flag.NewFlagSet("run", flag.ContinueOnError)
+	fset := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	path := fset.String("config", "", "")
+	detach := fset.Bool("detach", false, "as tapflow run --detach")
 	if err := fset.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -57,9 +62,17 @@ func helper(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	cfg.Capture.Detach = *detach
 	log := obs.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if serve { // `tapflow inventory serve` (TestRegisterNewVM)
+		if err := app.RunInventoryServe(ctx, cfg, log); err != nil {
+			log.Error("tapflow inventory serve failed", "err", err)
+			return 1
+		}
+		return 0
+	}
 	if err := app.RunAll(ctx, cfg, log); err != nil {
 		log.Error("tapflow run failed", "err", err)
 		return 1
@@ -269,6 +282,20 @@ func TestPreflightMissingPackages(t *testing.T) {
 // beyond its table: records that left the kernel before the port was
 // known (late binding) or after it was deleted (ghost window).
 var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
+	"agent-restart": func(t *testing.T, out *lab.Outcome) {
+		// Three restarts (kill, term, the --detach run), each adopting
+		// the pinned state of the one before.
+		b, err := os.ReadFile(filepath.Join(out.DataDir, "tapflow.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), `"msg":"adopted pinned capture state"`); n != 3 {
+			t.Errorf("%d runs adopted the pinned capture state, want 3", n)
+		}
+		if !strings.Contains(string(b), `"msg":"pinned capture state removed"`) {
+			t.Error("the --detach run did not remove the pinned state")
+		}
+	},
 	"late-binding": func(t *testing.T, out *lab.Outcome) {
 		added := out.StepTimes[2].UnixMicro() // steps: start, sleep, add, wait
 		tap := out.Cloud.Server("vm3").Ports[0].HostDev

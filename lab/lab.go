@@ -47,6 +47,7 @@ type Lab struct {
 	reg     *Registration // nil: the lab's own static inventory
 	present map[string]bool
 	procs   map[string]chan struct{} // spawned processes by name, closed at exit
+	pipe    *Pipeline                // the tapflow a scenario runs (restart steps)
 }
 
 // stateMarker marks a state directory as the lab's own.

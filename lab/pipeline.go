@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,18 @@ type PipelineOptions struct {
 	DataDir string
 	// ExtraConfig is appended to the generated config (YAML).
 	ExtraConfig string
+	// Inventory replaces the generated inventory section's body (YAML,
+	// indented two spaces), e.g. "  provider: nats\n". Then the
+	// pipeline gets neither the OpenStack APIs forwarded into its
+	// namespace nor the OS_* variables of this process: it must attribute
+	// without any OpenStack access.
+	Inventory string
+	// Forward lists more host-loopback host:port to make reachable in the
+	// hypervisor namespace (an external NATS, say).
+	Forward []string
+	// PinDir is capture.pin_dir (a directory on a bpffs the caller
+	// mounted). Empty: no pinning, every stop flushes the kernel table.
+	PinDir string
 }
 
 // Pipeline is a running `tapflow run` capturing the lab's taps.
@@ -36,14 +49,28 @@ type Pipeline struct {
 	logPath string
 	cfgPath string
 	fwd     *loopbackForwarder // registered labs: the APIs, reachable in the hypervisor namespace
+
+	// For restarts (Restart): how to start tapflow again.
+	ns      string
+	command Command
+	taps    map[string]bool
+	noOSEnv bool // drop this process's OS_* variables (Inventory set)
+	runs    int  // processes started
 }
 
 // PipelineConfig is the tapflow config the lab runs with: source ebpf on
 // tap* in the hypervisor namespace, the lab's inventory file, short
 // capture timeouts (active 2s, idle 2s) and 1 s meters.
 func (l *Lab) PipelineConfig(dataDir, extra string) string {
-	inv := fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
-	if l.reg != nil {
+	return l.pipelineConfig(dataDir, extra, "", "")
+}
+
+func (l *Lab) pipelineConfig(dataDir, extra, inv, pinDir string) string {
+	switch {
+	case inv != "":
+	case l.reg == nil:
+		inv = fmt.Sprintf("  provider: file\n  file: %s\n  poll_interval: 200ms\n", l.InventoryPath())
+	default:
 		// A registered lab: the objects come from the real APIs.
 		inv = fmt.Sprintf("  provider: openstack\n  poll_interval: 200ms\n  refresh: 10s\n  openstack:\n    cloud: lab\n    clouds_file: %s\n    interface: %s\n",
 			l.CloudsPath(), l.reg.Interface)
@@ -59,6 +86,7 @@ capture:
   sweep_interval: 1s
   meter_interval: 1s
   rescan_interval: 1s
+  pin_dir: %q
 inventory:
 %sattribution:
   ghost_grace: 60s
@@ -70,7 +98,7 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, inv, extra)
+%s`, l.Cloud.Prefix, l.Cloud.Prefix, dataDir, pinDir, inv, extra)
 }
 
 // StartPipeline starts `tapflow run` inside the hypervisor namespace (the
@@ -87,42 +115,73 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"), done: make(chan struct{})}
-	if err := os.WriteFile(p.cfgPath, []byte(l.PipelineConfig(abs, o.ExtraConfig)), 0o644); err != nil {
+	p := &Pipeline{dataDir: abs, logPath: filepath.Join(abs, "tapflow.log"), cfgPath: filepath.Join(abs, "tapflow.yaml"),
+		ns: l.Cloud.HVNS(), command: o.Command, taps: map[string]bool{}, noOSEnv: o.Inventory != ""}
+	if err := os.WriteFile(p.cfgPath, []byte(l.pipelineConfig(abs, o.ExtraConfig, o.Inventory, o.PinDir)), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
+	if err := os.WriteFile(p.logPath, nil, 0o644); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
-	defer logf.Close()
-	if l.reg != nil {
-		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), l.reg.Endpoints, l.log); err != nil {
+	fwd := o.Forward
+	if l.reg != nil && o.Inventory == "" {
+		fwd = append(slices.Clone(l.reg.Endpoints), fwd...)
+	}
+	if len(fwd) > 0 {
+		var err error
+		if p.fwd, err = forwardLoopback(l.Cloud.HVNS(), fwd, l.log); err != nil {
 			return nil, err
 		}
 	}
-	argv := o.Command.argv("run", "--config", p.cfgPath)
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", l.Cloud.HVNS()}, argv...)...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(os.Environ(), o.Command.Env...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		p.fwd.Close()
-		return nil, fmt.Errorf("lab: start tapflow run: %w", err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		p.fwd.Close()
-		close(p.done)
-	}()
-	want := map[string]bool{}
 	for _, t := range l.Cloud.Taps() {
-		want[t.HostDev] = true
+		p.taps[t.HostDev] = true
 	}
+	if err := p.start(ctx); err != nil {
+		p.fwd.Close()
+		return nil, err
+	}
+	l.log.Info("tapflow run attached", "taps", len(p.taps), "log", p.logPath)
+	return p, nil
+}
+
+// start starts tapflow (appending to the log) and returns once this
+// process logged every tap of the lab attached.
+func (p *Pipeline) start(ctx context.Context, extra ...string) error {
+	logf, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	defer logf.Close()
+	skip := len(readLog(p.logPath)) // entries of earlier processes
+	argv := p.command.argv(append([]string{"run", "--config", p.cfgPath}, extra...)...)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns}, argv...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	env := os.Environ()
+	if p.noOSEnv {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OS_") })
+	}
+	p.cmd.Env = append(env, p.command.Env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.done, p.err = make(chan struct{}), nil
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("lab: start tapflow run: %w", err)
+	}
+	p.runs++
+	cmd, done := p.cmd, p.done
+	go func() {
+		err := cmd.Wait()
+		p.err = err
+		close(done)
+	}()
+	want := p.taps
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got := map[string]bool{}
-		for _, e := range readLog(p.logPath) {
+		es := readLog(p.logPath)
+		if len(es) < skip {
+			skip = len(es)
+		}
+		for _, e := range es[skip:] {
 			if e.Msg == "attached" {
 				got[e.Ifname] = true
 			}
@@ -134,23 +193,49 @@ func (l *Lab) StartPipeline(ctx context.Context, o PipelineOptions) (*Pipeline, 
 			}
 		}
 		if missing == 0 {
-			l.log.Info("tapflow run attached", "taps", len(want), "log", p.logPath)
-			return p, nil
+			return nil
 		}
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("lab: tapflow run exited before attaching (%v); log %s:\n%s", p.err, p.logPath, logTail(p.logPath, 15))
+		case <-done:
+			return fmt.Errorf("lab: tapflow run exited before attaching (%v); log %s:\n%s", p.err, p.logPath, logTail(p.logPath, 15))
 		case <-ctx.Done():
 			p.Stop(context.WithoutCancel(ctx))
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			p.Stop(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("lab: tapflow run attached %d of %d taps within 60s; log %s", len(want)-missing, len(want), p.logPath)
+			return fmt.Errorf("lab: tapflow run attached %d of %d taps within 60s; log %s", len(want)-missing, len(want), p.logPath)
 		}
 	}
 }
+
+// Restart stops tapflow — SIGKILL (kill: no chance to flush, publish or
+// commit anything) or SIGTERM — and starts it again with the same config;
+// the new process adopts what the old one left pinned (PipelineOptions
+// PinDir). detach starts it with --detach (its stop exports everything
+// and removes the pinned state). It returns once the new process attached
+// every tap.
+func (p *Pipeline) Restart(ctx context.Context, kill, detach bool) error {
+	if kill {
+		select {
+		case <-p.done:
+		default:
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	} else if err := p.Stop(ctx); err != nil {
+		return err
+	}
+	var extra []string
+	if detach {
+		extra = append(extra, "--detach")
+	}
+	return p.start(ctx, extra...)
+}
+
+// Runs is how many tapflow processes the pipeline started.
+func (p *Pipeline) Runs() int { return p.runs }
 
 // Stop stops the pipeline gracefully (SIGTERM: flush the kernel table,
 // publish, drain the stream, commit the Parquet files) and waits.
@@ -176,6 +261,10 @@ func (p *Pipeline) Stop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Close releases what the pipeline holds beyond its process (the API
+// forwarder of a registered lab). Stop first.
+func (p *Pipeline) Close() { p.fwd.Close() }
 
 // DataDir is where the pipeline writes (flows/ under it).
 func (p *Pipeline) DataDir() string { return p.dataDir }
@@ -234,3 +323,10 @@ func (p *Pipeline) Problems() []string {
 	}
 	return out
 }
+
+// Pid is the pipeline's process id (`ip netns exec` execs tapflow in
+// place, so it is tapflow's).
+func (p *Pipeline) Pid() int { return p.cmd.Process.Pid }
+
+// ConfigPath is the config file the pipeline runs with.
+func (p *Pipeline) ConfigPath() string { return p.cfgPath }

@@ -769,3 +769,45 @@ func (l *Lab) register(ctx context.Context) error {
 	l.log.Info("lab registered in OpenStack", "keystone", o.AuthURL, "objects", len(reg.Created), "took", time.Since(start).Round(time.Millisecond))
 	return l.saveState()
 }
+
+// RegisterPorts creates, in Neutron, the ports of a registered lab's
+// server that were left out of OpenStack (`inventory: false`), with the
+// MAC and addresses its namespace already uses, the server's project and
+// device id: as a port created through the API for a VM that is already
+// sending. `lab down` deletes them. Returns the ports as Neutron made them.
+func (l *Lab) RegisterPorts(ctx context.Context, server string) ([]BoundPort, error) {
+	if l.reg == nil || l.opts.Register == nil {
+		return nil, errors.New("lab: RegisterPorts needs a lab brought up with --register")
+	}
+	s := l.Cloud.Server(server)
+	if s == nil {
+		return nil, fmt.Errorf("lab: no server %q", server)
+	}
+	var left []*Port
+	for _, p := range s.Ports {
+		if !p.Inventory {
+			left = append(left, p)
+		}
+	}
+	if len(left) == 0 {
+		return nil, fmt.Errorf("lab: server %s has no port left out of OpenStack (inventory: false)", server)
+	}
+	api, err := dialOpenStack(ctx, *l.opts.Register)
+	if err != nil {
+		return nil, err
+	}
+	r := &registrar{api: api, c: l.Cloud, reg: l.reg, save: l.saveState, log: l.log}
+	var out []BoundPort
+	for _, p := range left {
+		np, err := r.createPort(ctx, p, p.Owner, s.ID)
+		if err != nil {
+			return out, err
+		}
+		// The tap keeps the name it was plugged with: no id binding (Bind
+		// would rename it on the next Open); Created has it for down.
+		delete(l.reg.IDs, p.ID)
+		p.Inventory = true
+		out = append(out, np.bound())
+	}
+	return out, l.saveState()
+}

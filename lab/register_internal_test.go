@@ -281,3 +281,38 @@ func TestPostRetrying(t *testing.T) {
 func code(n int) error {
 	return fmt.Errorf("POST floatingips: %w", gophercloud.ErrUnexpectedResponseCode{Actual: n})
 }
+
+// TestRegisterPortsErrors: RegisterPorts refuses, before any API call, a
+// lab that is not registered, an unknown server and a server whose ports
+// are all in OpenStack already.
+func TestRegisterPortsErrors(t *testing.T) {
+	data, err := os.ReadFile("../deploy/lab/basic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, server string
+		registered   bool
+		want         string
+	}{
+		{"not registered", "vm3", false, "needs a lab brought up with --register"},
+		{"no such server", "vm9", true, `no server "vm9"`},
+		{"every port registered", "vm1", true, "no port left out of OpenStack"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := New(data, "basic.yaml", Options{Prefix: "check", StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.registered {
+				l.reg = &Registration{IDs: map[string]string{}}
+				l.opts.Register = &RegisterOptions{AuthURL: "http://127.0.0.1:1/v3"} // never dialled
+			}
+			_, err = l.RegisterPorts(context.Background(), tc.server)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("RegisterPorts(%s) = %v, want %q", tc.server, err, tc.want)
+			}
+		})
+	}
+}

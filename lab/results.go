@@ -2,6 +2,7 @@ package lab
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,6 +14,8 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/tapflow/tapflow/internal/audit"
+	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/schemas"
 )
 
@@ -293,6 +296,19 @@ func RunConservation(flows []schemas.Flow, dataDir, logPath string) (Conservatio
 	fromRecs := MetersFromRecords(recs)
 	c := CheckConservation(flows, fromRecs)
 	c.Source = fmt.Sprintf("%d meter.v1 records", len(recs))
+	// And per node, tap, direction and hour, as tapflow audit checks it.
+	out, err := dataset.Open(context.Background(), dataDir, dataset.Options{})
+	if err != nil {
+		return c, err
+	}
+	a, err := audit.Run(context.Background(), out, audit.Options{})
+	if err != nil {
+		return c, err
+	}
+	c.Source += fmt.Sprintf(", per hour as tapflow audit (%d key-hours)", len(a.Hours))
+	for _, m := range a.Mismatches {
+		c.Mismatches = append(c.Mismatches, "audit: "+m.String())
+	}
 	if len(fromLog) > 0 {
 		c.Source += ", = the log's totals"
 		for k, a := range fromLog {

@@ -38,6 +38,9 @@ type Scenario struct {
 	// external_network) group no expectation covers may reach (default
 	// 64KiB: ARP-free IP chatter such as neighbour discovery and VRRP).
 	Noise units.ByteSize `yaml:"noise"`
+	// Config is appended to the tapflow config the lab writes (YAML
+	// sections it does not write itself, e.g. collector:).
+	Config string `yaml:"config"`
 
 	topoData []byte
 	topoName string
@@ -58,6 +61,11 @@ type Step struct {
 	// Failover stops keepalived on the amphora holding the VIP of this
 	// load balancer and waits for the other to take it.
 	Failover string `yaml:"failover"`
+	// Restart stops tapflow — "kill" (SIGKILL) or "term" (SIGTERM) — and
+	// starts it again; it adopts the pinned capture state. A scenario with
+	// a restart runs with capture.pin_dir on a bpffs of its own, and its
+	// last tapflow process stops with --detach (it exports the table).
+	Restart string `yaml:"restart"`
 }
 
 func (s Step) String() string {
@@ -76,6 +84,8 @@ func (s Step) String() string {
 		return "remove " + s.Remove
 	case s.Failover != "":
 		return "failover " + s.Failover
+	case s.Restart != "":
+		return "restart " + s.Restart
 	}
 	return "(empty step)"
 }
@@ -164,13 +174,16 @@ func LoadScenario(fsys fs.FS, name string) (*Scenario, error) {
 	}
 	for i, s := range sc.Steps {
 		n := 0
-		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != ""} {
+		for _, set := range []bool{len(s.Drive) > 0, len(s.Start) > 0, s.Wait, s.Sleep > 0, s.Add != "", s.Remove != "", s.Failover != "", s.Restart != ""} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover", name, i)
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: give exactly one of drive, start, wait, sleep, add, remove, failover, restart", name, i)
+		}
+		if s.Restart != "" && s.Restart != "kill" && s.Restart != "term" {
+			return nil, fmt.Errorf("lab scenario %s: steps[%d]: restart %q: use kill (SIGKILL) or term (SIGTERM)", name, i, s.Restart)
 		}
 	}
 	// Resolve now, so a bad name fails before anything is built.
@@ -444,12 +457,29 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 		}()
 	}
 	runStart := time.Now()
-	p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir})
+	pinDir := ""
+	if sc.restarts() {
+		// Pinned capture state on a bpffs of the lab's own (ip netns exec
+		// replaces /sys, not the lab's directory).
+		mnt := filepath.Join(l.Dir(), "bpffs")
+		if err := mountBPF(mnt); err != nil {
+			return nil, err
+		}
+		defer unmountBPF(mnt)
+		pinDir = filepath.Join(mnt, "tapflow")
+	}
+	p, err := l.StartPipeline(ctx, PipelineOptions{Command: o.Tapflow, DataDir: o.DataDir, PinDir: pinDir, ExtraConfig: sc.Config})
 	if err != nil {
 		return nil, err
 	}
+	defer p.Close()
+	l.pipe = p
 	out.StepTimes, err = l.runSteps(ctx, sc.Steps)
 	stepErr := err
+	if pinDir != "" && stepErr == nil {
+		// The last process exports the pinned table at its stop.
+		stepErr = p.Restart(ctx, false, true)
+	}
 	stopErr := p.Stop(context.WithoutCancel(ctx))
 	out.RunTime = time.Since(runStart)
 	if err := errors.Join(stepErr, stopErr); err != nil {
@@ -517,6 +547,12 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 			err = l.SetPresent(s.Remove, false)
 		case s.Failover != "":
 			_, _, err = l.Failover(ctx, s.Failover)
+		case s.Restart != "":
+			if l.pipe == nil {
+				err = errors.New("restart: no tapflow pipeline runs in this lab")
+				break
+			}
+			err = l.pipe.Restart(ctx, s.Restart == "kill", false)
 		}
 		if err != nil {
 			if bg != nil {
@@ -529,6 +565,16 @@ func (l *Lab) runSteps(ctx context.Context, steps []Step) (times []time.Time, er
 		return times, bg.Wait()
 	}
 	return times, nil
+}
+
+// restarts reports whether a step restarts tapflow.
+func (sc *Scenario) restarts() bool {
+	for _, s := range sc.Steps {
+		if s.Restart != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // freshDataDir empties a data directory of an earlier run (one holding the

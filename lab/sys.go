@@ -316,3 +316,17 @@ func (l *Lab) exited(name string) bool {
 func (l *Lab) logTail(name string) string {
 	return logTail(filepath.Join(l.dir, "logs", name+".log"), 10)
 }
+
+// mountBPF mounts a bpffs instance of its own at dir (created 0700).
+func mountBPF(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := syscall.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("lab: mount bpffs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountBPF unmounts it; what is still pinned there is released.
+func unmountBPF(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }

@@ -66,6 +66,14 @@ func NewRunnerOf[T any](cfg Config, src SourceOf[T], transforms []TransformOf[T]
 	if log == nil {
 		log = slog.Default()
 	}
+	// Error and discard series exist at 0 from start, so rate() and
+	// increase() alerts see the first one.
+	m.Errors.WithLabelValues(cfg.Name, src.Name())
+	for _, t := range transforms {
+		m.Errors.WithLabelValues(cfg.Name, t.Name())
+		m.Discarded.WithLabelValues(cfg.Name, t.Name(), "filtered")
+	}
+	m.Errors.WithLabelValues(cfg.Name, sink.Name())
 	return &RunnerOf[T]{cfg: cfg, source: src, transforms: transforms, sink: sink, metrics: m,
 		log: log.With("pipeline", cfg.Name), pending: make(map[*BatchOf[T]]struct{})}, nil
 }

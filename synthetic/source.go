@@ -22,7 +22,7 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives tapflow_synthetic_*; nil registers nothing.
-	Registry *prometheus.Registry
+	Registry prometheus.Registerer
 	// Now is the clock of record timestamps (time_start, time_end);
 	// default time.Now. A fixed clock makes records fully reproducible.
 	// Pacing and batch age always follow real time.

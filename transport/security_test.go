@@ -106,7 +106,7 @@ func (b *secureBus) client(t *testing.T, user string) transport.Config {
 	cfg.TLS = transport.TLSConfig{CAFile: b.pki.CA, CertFile: b.pki.ClientCert, KeyFile: b.pki.ClientKey}
 	cfg.User = user
 	cfg.PasswordFile = writeSecret(t, b.dir, "client-"+user+".pw", b.secrets[user])
-	cfg.Metrics = transport.NewConnMetrics()
+	cfg.Metrics, _ = transport.NewConnMetrics(nil)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

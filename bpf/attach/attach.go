@@ -5,6 +5,8 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -50,19 +52,23 @@ const (
 type Attacher struct {
 	mode            Mode
 	ingress, egress *ebpf.Program
+	linkDir         string // bpffs directory for pinned tcx links; "" = none
 	mu              sync.Mutex
 	effective       Mode // tcx or tc once known
 }
 
-// New checks its arguments; it attaches nothing.
-func New(mode Mode, ingress, egress *ebpf.Program) (*Attacher, error) {
+// New checks its arguments; it attaches nothing. With linkDir (a bpffs
+// directory) tcx links are pinned there, so they — and the programs — stay
+// attached when the process exits; Attach then adopts a link pinned for
+// the interface by a previous run, swapping in the new programs.
+func New(mode Mode, ingress, egress *ebpf.Program, linkDir string) (*Attacher, error) {
 	if !mode.Valid() {
 		return nil, fmt.Errorf("attach mode %q: want one of auto, tcx, tc", mode)
 	}
 	if ingress == nil || egress == nil {
 		return nil, errors.New("attach: ingress and egress programs are required")
 	}
-	a := &Attacher{mode: mode, ingress: ingress, egress: egress}
+	a := &Attacher{mode: mode, ingress: ingress, egress: egress, linkDir: linkDir}
 	if mode != Auto {
 		a.effective = mode
 	}
@@ -84,7 +90,11 @@ type Handle struct {
 	Ifindex int
 	Ifname  string
 	Mode    Mode
+	// Adopted: the attachment was made by a previous run (a pinned link,
+	// or a cls_bpf filter of ours) and now runs this run's programs.
+	Adopted bool
 	links   []link.Link
+	pinned  bool
 	filters []*netlink.BpfFilter
 }
 
@@ -116,20 +126,71 @@ func (a *Attacher) setEffective(m Mode) {
 }
 
 func (a *Attacher) attachTCX(ifindex int, ifname string) (*Handle, error) {
-	h := &Handle{Ifindex: ifindex, Ifname: ifname, Mode: TCX}
+	h := &Handle{Ifindex: ifindex, Ifname: ifname, Mode: TCX, pinned: a.linkDir != ""}
 	for _, p := range []struct {
 		prog *ebpf.Program
 		at   ebpf.AttachType
 		dir  string
 	}{{a.ingress, ebpf.AttachTCXIngress, "ingress"}, {a.egress, ebpf.AttachTCXEgress, "egress"}} {
+		if a.linkDir != "" {
+			l, err := adoptTCX(PinPath(a.linkDir, ifindex, p.dir), ifindex, p.at, p.prog)
+			if err != nil {
+				h.Close()
+				return nil, fmt.Errorf("adopt tcx %s %s: %w", ifname, p.dir, err)
+			}
+			if l != nil {
+				h.links = append(h.links, l)
+				h.Adopted = true
+				continue
+			}
+		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.prog, Attach: p.at})
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("attach tcx %s %s: %w", ifname, p.dir, err)
 		}
 		h.links = append(h.links, l)
+		if a.linkDir != "" {
+			if err := l.Pin(PinPath(a.linkDir, ifindex, p.dir)); err != nil {
+				h.Close()
+				return nil, fmt.Errorf("pin tcx link %s %s: %w", ifname, p.dir, err)
+			}
+		}
 	}
 	return h, nil
+}
+
+// PinPath is where the link of (ifindex, ingress|egress) is pinned.
+func PinPath(linkDir string, ifindex int, dir string) string {
+	return filepath.Join(linkDir, fmt.Sprintf("%d-%s", ifindex, dir))
+}
+
+// adoptTCX loads the link pinned at path. A live link of this interface
+// and hook gets prog (an atomic swap: no packet goes unseen) and is
+// returned; a stale one (its interface is gone: the kernel reports ifindex
+// 0) is unpinned, and nil returned. No pin: nil.
+func adoptTCX(path string, ifindex int, at ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load pinned link %s: %w", path, err)
+	}
+	info, err := l.Info()
+	if err == nil {
+		if t := info.TCX(); t != nil && int(t.Ifindex) == ifindex && ebpf.AttachType(t.AttachType) == at {
+			if err := l.Update(prog); err != nil {
+				l.Close()
+				return nil, fmt.Errorf("swap the program of pinned link %s: %w", path, err)
+			}
+			return l, nil
+		}
+	}
+	// Stale: made for an interface that is gone.
+	l.Unpin()
+	l.Close()
+	return nil, nil
 }
 
 func clsact(ifindex int) *netlink.GenericQdisc {
@@ -165,10 +226,33 @@ func (a *Attacher) attachTC(ifindex int, ifname string) (*Handle, error) {
 	return h, nil
 }
 
-// Close detaches. Detaching from an interface that is gone is not an error.
+// Keep releases this process's handles but leaves the programs attached:
+// pinned tcx links stay (a restarted agent adopts them); cls_bpf filters
+// stay. Without pinning a tcx link is detached when its handle closes.
+func (h *Handle) Keep() error {
+	var errs []error
+	for _, l := range h.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("release tcx link %s: %w", h.Ifname, err))
+		}
+	}
+	h.links, h.filters = nil, nil
+	return errors.Join(errs...)
+}
+
+// Close detaches (and unpins). Detaching from an interface that is gone is
+// not an error.
 func (h *Handle) Close() error {
 	var errs []error
 	for _, l := range h.links {
+		if h.pinned {
+			if err := l.Detach(); err != nil && !gone(err) && !errors.Is(err, unix.ENOLINK) {
+				errs = append(errs, fmt.Errorf("detach tcx %s: %w", h.Ifname, err))
+			}
+			if err := l.Unpin(); err != nil {
+				errs = append(errs, fmt.Errorf("unpin tcx %s: %w", h.Ifname, err))
+			}
+		}
 		if err := l.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("detach tcx %s: %w", h.Ifname, err))
 		}

@@ -9,16 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
-
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
 type discard struct{ n int }
 
-func (d *discard) Flows(_ context.Context, recs []Record) error     { d.n += len(recs); return nil }
-func (d *discard) Meters(_ context.Context, ms []MeterRecord) error { return nil }
+func (d *discard) Flows(_ context.Context, recs []Record, done func()) error {
+	d.n += len(recs)
+	done()
+	return nil
+}
+func (d *discard) Meters(_ context.Context, ms []MeterRecord, done func()) error { done(); return nil }
 
 // BenchmarkDrain measures what the ring-buffer reader sustains: the kernel
 // fills the ring with overflow records (a 1-entry table, no flow cache),
@@ -29,6 +31,7 @@ func BenchmarkDrain(b *testing.B) {
 		b.Skip("needs root to load eBPF")
 	}
 	cfg := DefaultConfig()
+	cfg.PinDir = ""
 	cfg.FlowTableEntries = 1
 	cfg.RingBufferSize = units.ByteSize(64 << 20)
 	h := &discard{}
@@ -41,10 +44,10 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.objs.Close()
-	if c.rd, err = ringbuf.NewReader(c.objs.Records()); err != nil {
+	if c.ring, err = bpf.OpenRing(c.objs.Records()); err != nil {
 		b.Fatal(err)
 	}
-	defer c.rd.Close()
+	defer c.ring.Close()
 	frame := make([]byte, 64)
 	binary.BigEndian.PutUint16(frame[12:], 0x0800)
 	frame[14] = 0x45

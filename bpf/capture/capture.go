@@ -9,9 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -44,51 +45,112 @@ type MeterRecord struct {
 
 // Handler receives what the capture exports. Slices are reused after the
 // call returns. A call may block (backpressure); an error stops Run.
+//
+// done must be called once, when the records (or meter deltas) are
+// durable downstream — published, or in the agent spool — or given up
+// (the loss is then counted downstream). Until then the flow records stay
+// in the kernel ring buffer and the meter deltas are not recorded as
+// published, so an agent killed meanwhile hands them over again after its
+// restart (pinned state, Config.PinDir). done may be called from any
+// goroutine, also after Run returned.
 type Handler interface {
-	Flows(ctx context.Context, recs []Record) error
-	Meters(ctx context.Context, ms []MeterRecord) error
+	Flows(ctx context.Context, recs []Record, done func()) error
+	Meters(ctx context.Context, ms []MeterRecord, done func()) error
 }
 
 // Options are the collaborators of a Capture.
 type Options struct {
-	Logger   *slog.Logger         // nil: slog.Default()
-	Registry *prometheus.Registry // nil: no metrics registered
-	Handler  Handler              // required
+	Logger   *slog.Logger          // nil: slog.Default()
+	Registry prometheus.Registerer // nil: no metrics registered
+	Handler  Handler               // required
+	// Detach makes this run the last: at stop it detaches from every
+	// interface, exports every flow still in the kernel as a shutdown
+	// record and removes the pinned state (uninstall). Without pinning
+	// every stop does that.
+	Detach bool
 }
+
+// ackWait bounds how long a stop waits for the last records and meters
+// handed over to become durable; what is not acked by then stays in the
+// ring (pinned) for the next run.
+const ackWait = 30 * time.Second
 
 // Capture is the running kernel capture. Create with New, start with Run.
 type Capture struct {
-	cfg  Config
-	spec bpf.Spec
-	log  *slog.Logger
-	h    Handler
-	m    *metrics
+	cfg    Config
+	spec   bpf.Spec
+	log    *slog.Logger
+	h      Handler
+	m      *metrics
+	detach bool
 
 	// Owned by Run's goroutine.
-	objs      *bpf.Objects
-	att       *attach.Attacher
-	rd        *ringbuf.Reader
-	rec       ringbuf.Record
-	batch     []Record
-	ifaces    map[int]*iface
-	names     map[uint32]nameEntry
-	freeSlots []uint32
-	offsetNs  int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
-	sweepMax  uint32
-	meterBuf  []MeterRecord
+	objs       *bpf.Objects
+	att        *attach.Attacher
+	ring       *bpf.Ring
+	sample     []byte
+	flushedPos uint64 // ring position of the last hand-over
+	batch      []Record
+	pinned     bool
+	ifaces     map[int]*iface
+	names      map[uint32]nameEntry
+	freeSlots  []uint32
+	offsetNs   int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
+	sweepMax   uint32
+	meterBuf   []MeterRecord
 	// pendingMeters holds final deltas of interfaces replaced by a new one
 	// with the same ifindex, until the next meter tick.
 	pendingMeters []MeterRecord
-	lastMeter     time.Time
+	pendingSlots  []slotMeter // what pendingMeters were taken up to
+	// gone are adopted slots of an ifindex another slot took over: their
+	// final delta goes out with the next meters.
+	gone      []*iface
+	lastMeter time.Time
+	// running is true from the first interface scan until Run returns
+	// (the agent's /readyz: capture attached).
+	running atomic.Bool
+
+	// Acks of handed-over records: the ring is committed up to the end of
+	// the oldest batches acked, in order.
+	ackMu  sync.Mutex
+	acks   []*ackEnt
+	ackSig chan struct{}
+	// Acks of meter deltas: the published meters of each slot.
+	pubMu     sync.Mutex
+	pubClosed bool
+	meterAcks int         // meter batches handed over, not acked
+	meterQ    []*meterEnt // in hand-over order: published advances in order
+}
+
+type meterEnt struct {
+	slots []slotMeter
+	done  bool
+}
+
+type ackEnt struct {
+	pos  uint64
+	done bool
+}
+
+// slotMeter is a slot's meter reading a delta was taken up to.
+type slotMeter struct {
+	slot uint32
+	dir  bpf.Direction
+	m    bpf.Meter
+	// The interface's last delta: its ack frees the pinned slot record
+	// (if the slot still belongs to this ifindex and attach).
+	final   bool
+	ifindex uint32
+	first   [2]bpf.Meter
 }
 
 type iface struct {
 	index  int
 	name   string
 	slot   uint32
-	handle *attach.Handle
-	base   [2]bpf.Meter // values at the previous meter record
-	first  [2]bpf.Meter // values when attached: base − first = totals
+	handle *attach.Handle // nil: adopted from the pinned state, not attached yet
+	base   [2]bpf.Meter   // values at the previous meter record
+	first  [2]bpf.Meter   // values when attached: base − first = totals
 	gone   bool
 }
 
@@ -120,9 +182,9 @@ func New(cfg Config, opts Options) (*Capture, error) {
 		return nil, err
 	}
 	c := &Capture{
-		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m,
+		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach || cfg.Detach,
 		ifaces: map[int]*iface{}, names: map[uint32]nameEntry{},
-		batch: make([]Record, 0, batchMax),
+		batch: make([]Record, 0, batchMax), pinned: cfg.PinDir != "", ackSig: make(chan struct{}, 1),
 	}
 	for s := uint32(cfg.MaxInterfaces); s >= 1; s-- {
 		c.freeSlots = append(c.freeSlots, s)
@@ -134,30 +196,61 @@ func New(cfg Config, opts Options) (*Capture, error) {
 // Spec is the kernel sizing New derived from the config.
 func (c *Capture) Spec() bpf.Spec { return c.spec }
 
+// Running reports whether the programs are loaded and the interfaces
+// scanned (safe from any goroutine).
+func (c *Capture) Running() bool { return c.running.Load() }
+
 // Run loads and attaches the programs, then drains, sweeps and meters until
-// ctx is done; then it detaches, flushes every flow left in the kernel as a
-// shutdown record, publishes the last meters and returns. Handler calls
-// during that flush get a context that is not cancelled.
+// ctx is done.
+//
+// With pinning (Config.PinDir) it first adopts what a previous run left
+// pinned: the maps (table, caches, meters, unread and unacked ring
+// records), the tcx links (swapping in this run's programs) and the meter
+// slots; at stop it hands over what the ring holds and the last meter
+// deltas, waits for them to be durable and returns, leaving the programs
+// attached and the state pinned for the next run.
+//
+// Without pinning, or with Options.Detach, the stop detaches, flushes
+// every flow left in the kernel as a shutdown record, publishes the last
+// meters and (Detach) removes the pinned state. Handler calls during the
+// stop get a context that is not cancelled.
 func (c *Capture) Run(ctx context.Context) (err error) {
 	objs, err := bpf.Load(c.spec)
 	if err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
 	c.objs = objs
-	defer objs.Close()
+	c.spec = objs.Spec()
+	defer c.closeObjects()
+	if d := objs.AdoptedSizes(); len(d) > 0 {
+		c.log.Warn("the pinned maps keep their sizes until the capture is detached (tapflow agent --detach, then start)", "pinned", d)
+	}
+	c.freeSlots = c.freeSlots[:0]
+	for s := c.spec.Interfaces; s >= 1; s-- {
+		c.freeSlots = append(c.freeSlots, s)
+	}
 	c.m.tableCapacity.Set(float64(c.spec.FlowEntries + c.spec.Flow6Entries()))
-	if c.att, err = attach.New(c.cfg.AttachMode, objs.Ingress(), objs.Egress()); err != nil {
+	linkDir := ""
+	if c.pinned {
+		linkDir = bpf.LinkDir(c.cfg.PinDir)
+	}
+	if c.att, err = attach.New(c.cfg.AttachMode, objs.Ingress(), objs.Egress(), linkDir); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
-	if c.rd, err = ringbuf.NewReader(objs.Records()); err != nil {
+	if c.ring, err = bpf.OpenRing(objs.Records()); err != nil {
 		return fmt.Errorf("capture: open ring buffer: %w", err)
 	}
-	defer c.rd.Close()
 	if err := c.syncClock(); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
+	if objs.Adopted() {
+		if err := c.adopt(); err != nil {
+			return fmt.Errorf("capture: adopt pinned state: %w", err)
+		}
+	}
 	c.log.Info("capture loaded", "flow_entries", c.spec.FlowEntries, "flow6_entries", c.spec.Flow6Entries(), "ring_bytes", c.spec.RingBytes,
-		"max_interfaces", c.spec.Interfaces, "interfaces", c.cfg.Interfaces)
+		"max_interfaces", c.spec.Interfaces, "interfaces", c.cfg.Interfaces, "pin_dir", c.cfg.PinDir, "adopted", objs.Adopted(),
+		"ring_unread_bytes", c.ring.Unread())
 
 	updates := make(chan netlink.LinkUpdate, 256)
 	done := make(chan struct{})
@@ -176,14 +269,20 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 	if err := subscribe(); err != nil {
 		return fmt.Errorf("capture: subscribe to netlink link events: %w", err)
 	}
-	// Flush even when a step below fails.
+	// Flush (or hand over) even when a step below fails.
 	defer func() {
-		if ferr := c.shutdown(context.WithoutCancel(ctx)); ferr != nil {
+		stop := c.shutdown
+		if c.pinned && !c.detach {
+			stop = c.keep
+		}
+		if ferr := stop(context.WithoutCancel(ctx)); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
 	}()
 	c.rescan()
 	c.lastMeter = time.Now()
+	c.running.Store(true)
+	defer c.running.Store(false)
 
 	poll := time.NewTicker(c.cfg.PollInterval.D())
 	defer poll.Stop()
@@ -281,18 +380,29 @@ func (c *Capture) rescan() {
 	for idx, ifc := range c.ifaces {
 		if !ifc.gone && present[idx] != ifc.name {
 			c.release(ifc, "missing at rescan")
+		} else if !ifc.gone && ifc.handle == nil && !c.cfg.Match(ifc.name) {
+			c.release(ifc, "adopted but no longer matching capture.interfaces")
 		}
 	}
 }
 
 func (c *Capture) attach(index int, name string) {
-	if ifc, ok := c.ifaces[index]; ok && !ifc.gone {
+	ifc, ok := c.ifaces[index]
+	if ok && !ifc.gone && ifc.handle == nil && ifc.name == name {
+		c.attachAdopted(ifc)
+		return
+	}
+	if ok && !ifc.gone && ifc.handle == nil {
+		// Adopted for an interface of another name: that one is gone.
+		c.release(ifc, "replaced while the agent was down")
+	}
+	if ok && !ifc.gone && ifc.handle != nil {
 		return
 	} else if ok {
 		// The same ifindex is back before the old interface's last meter
 		// record: take its final delta now (published with the next
 		// meters) so no metered byte is lost, and free its slot.
-		if err := c.takeMeters(ifc, c.lastMeter.UnixMicro(), time.Now(), &c.pendingMeters); err != nil {
+		if err := c.takeMeters(ifc, c.lastMeter.UnixMicro(), time.Now(), &c.pendingMeters, &c.pendingSlots, true); err != nil {
 			c.log.Error("final meter of a replaced interface", "ifname", ifc.name, "err", err)
 		}
 		c.finalMeter(ifc, false)
@@ -303,13 +413,17 @@ func (c *Capture) attach(index int, name string) {
 		c.log.Error("cannot attach: max_interfaces reached", "ifname", name, "max_interfaces", c.cfg.MaxInterfaces)
 		return
 	}
-	if n, err := attach.RemoveStale(index); err != nil {
-		c.log.Warn("remove stale filters", "ifname", name, "err", err)
-	} else if n > 0 {
-		c.log.Info("removed filters left by a previous run", "ifname", name, "count", n)
+	if !c.pinned {
+		// With pinning cls_bpf filters of a previous run are replaced
+		// in place (FilterReplace: no gap) instead.
+		if n, err := attach.RemoveStale(index); err != nil {
+			c.log.Warn("remove stale filters", "ifname", name, "err", err)
+		} else if n > 0 {
+			c.log.Info("removed filters left by a previous run", "ifname", name, "count", n)
+		}
 	}
 	slot := c.freeSlots[len(c.freeSlots)-1]
-	ifc := &iface{index: index, name: name, slot: slot}
+	ifc = &iface{index: index, name: name, slot: slot}
 	for d := range 2 {
 		m, err := c.objs.ReadMeter(slot, bpf.Direction(d))
 		if err != nil {
@@ -319,6 +433,11 @@ func (c *Capture) attach(index int, name string) {
 		}
 		ifc.base[d] = m
 		ifc.first[d] = m
+	}
+	if err := c.recordSlot(ifc); err != nil {
+		c.log.Error("record meter slot", "ifname", name, "err", err)
+		c.m.attachFailures.Inc()
+		return
 	}
 	if err := c.objs.SetSlot(uint32(index), slot); err != nil {
 		c.log.Error("register interface", "ifname", name, "err", err)
@@ -338,6 +457,7 @@ func (c *Capture) attach(index int, name string) {
 	c.ifaces[index] = ifc
 	c.names[uint32(index)] = nameEntry{name: name}
 	c.m.attached.Inc()
+	c.m.preset(name)
 	c.log.Info("attached", "ifname", name, "ifindex", index, "mode", h.Mode, "slot", slot)
 }
 
@@ -347,11 +467,18 @@ func (c *Capture) release(ifc *iface, why string) {
 	if ifc.gone {
 		return
 	}
-	if err := ifc.handle.Close(); err != nil {
-		c.log.Debug("detach", "ifname", ifc.name, "err", err)
+	if ifc.handle != nil {
+		if err := ifc.handle.Close(); err != nil {
+			c.log.Debug("detach", "ifname", ifc.name, "err", err)
+		}
+		c.m.attached.Dec()
+	} else if c.pinned {
+		// Adopted but never attached by this run: drop its stale pins.
+		for _, d := range []string{"ingress", "egress"} {
+			os.Remove(attach.PinPath(bpf.LinkDir(c.cfg.PinDir), ifc.index, d))
+		}
 	}
 	ifc.gone = true
-	c.m.attached.Dec()
 	// Keep the name while flows of the interface may still be swept.
 	c.names[uint32(ifc.index)] = nameEntry{name: ifc.name, expires: time.Now().Add(2*c.cfg.IdleTimeout.D() + 2*c.cfg.SweepInterval.D())}
 	c.log.Info("released", "ifname", ifc.name, "ifindex", ifc.index, "why", why)
@@ -367,54 +494,119 @@ func (c *Capture) ifname(ifindex uint32) string {
 	return n
 }
 
-// drain hands every record in the ring buffer to the handler.
+// drain hands every record in the ring buffer to the handler. The ring
+// is committed (its space given back) only as batches are acked.
 func (c *Capture) drain(ctx context.Context) error {
-	for c.rd.AvailableBytes() > 0 {
-		// A past deadline: read what is there, never wait (a deadline under
-		// 1 ms would make cilium/ebpf busy-spin in epoll).
-		c.rd.SetDeadline(time.Unix(1, 0))
-		for {
-			err := c.rd.ReadInto(&c.rec)
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("capture: read ring buffer: %w", err)
-			}
-			fr, ok := bpf.DecodeRecord(c.rec.RawSample)
-			if !ok {
-				c.log.Error("short ring-buffer record", "bytes", len(c.rec.RawSample))
-				continue
-			}
-			c.batch = append(c.batch, Record{
-				FlowRecord: *fr,
-				Ifname:     c.ifname(fr.Key.Ifindex),
-				TimeStart:  c.wallMicros(fr.Val.FirstNs),
-				TimeEnd:    c.wallMicros(fr.Val.LastNs),
-			})
-			if r := fr.EndReason; int(r) < len(c.m.records) && c.m.records[r] != nil {
-				c.m.records[r].Inc()
-			}
-			if len(c.batch) == batchMax {
-				if err := c.flush(ctx); err != nil {
-					return err
-				}
+	for {
+		sample, ok, err := c.ring.Read(c.sample)
+		c.sample = sample
+		if err != nil {
+			return fmt.Errorf("capture: read ring buffer: %w", err)
+		}
+		if !ok {
+			// Nothing more, or the next record is still being written
+			// (reserved, not submitted): the next poll takes it.
+			return c.flush(ctx)
+		}
+		fr, ok := bpf.DecodeRecord(sample)
+		if !ok {
+			c.log.Error("short ring-buffer record", "bytes", len(sample))
+			continue
+		}
+		c.batch = append(c.batch, Record{
+			FlowRecord: *fr,
+			Ifname:     c.ifname(fr.Key.Ifindex),
+			TimeStart:  c.wallMicros(fr.Val.FirstNs),
+			TimeEnd:    c.wallMicros(fr.Val.LastNs),
+		})
+		if r := fr.EndReason; int(r) < len(c.m.records) && c.m.records[r] != nil {
+			c.m.records[r].Inc()
+		}
+		if len(c.batch) == batchMax {
+			if err := c.flush(ctx); err != nil {
+				return err
 			}
 		}
 	}
-	return c.flush(ctx)
 }
 
+// flush hands the batch over; its ack commits the ring up to the read
+// position (once every older batch is acked too).
 func (c *Capture) flush(ctx context.Context) error {
-	if len(c.batch) == 0 {
+	pos := c.ring.Pos()
+	if len(c.batch) == 0 && pos == c.flushedPos {
 		return nil
 	}
-	err := c.h.Flows(ctx, c.batch)
+	c.flushedPos = pos
+	c.m.unacked.Set(float64(c.ring.Uncommitted()))
+	e := &ackEnt{pos: pos}
+	c.ackMu.Lock()
+	if len(c.batch) == 0 {
+		// Nothing to hand over, but the read position may have moved
+		// (discarded samples): commit in order.
+		e.done = true
+	}
+	c.acks = append(c.acks, e)
+	c.ackMu.Unlock()
+	if len(c.batch) == 0 {
+		c.ackDone(e)
+		return nil
+	}
+	err := c.h.Flows(ctx, c.batch, func() { c.ackDone(e) })
 	c.batch = c.batch[:0]
 	if err != nil {
 		return fmt.Errorf("capture: hand over flow records: %w", err)
 	}
 	return nil
+}
+
+// ackDone marks e acked and commits the ring past every acked batch at
+// the head of the queue.
+func (c *Capture) ackDone(e *ackEnt) {
+	c.ackMu.Lock()
+	e.done = true
+	var pos uint64
+	n := 0
+	for n < len(c.acks) && c.acks[n].done {
+		pos = c.acks[n].pos
+		n++
+	}
+	if n > 0 {
+		clear(c.acks[:n])
+		c.acks = c.acks[n:]
+		c.ring.Commit(pos)
+	}
+	c.ackMu.Unlock()
+	select {
+	case c.ackSig <- struct{}{}:
+	default:
+	}
+}
+
+// unacked counts batches (flows and meters) handed over and not acked.
+func (c *Capture) unacked() int {
+	c.ackMu.Lock()
+	n := len(c.acks)
+	c.ackMu.Unlock()
+	c.pubMu.Lock()
+	n += c.meterAcks
+	c.pubMu.Unlock()
+	return n
+}
+
+// waitAcks waits until everything handed over is acked, up to d.
+func (c *Capture) waitAcks(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for c.unacked() > 0 {
+		select {
+		case <-c.ackSig:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline.C:
+			return c.unacked() == 0
+		}
+	}
+	return true
 }
 
 // sweep runs the sweep program until it is not deferred, draining between
@@ -439,6 +631,14 @@ func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndR
 		if i >= 1000 && reason != bpf.EndShutdown {
 			return nil // try again at the next interval
 		}
+		if reason == bpf.EndShutdown && c.ring.Uncommitted() > 0 {
+			// The ring is full of records handed over but not yet
+			// durable: their acks make room.
+			select {
+			case <-c.ackSig:
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
 	}
 }
 
@@ -450,9 +650,17 @@ func (c *Capture) meters(ctx context.Context) error {
 	// Final deltas of interfaces whose ifindex came back before this tick
 	// (taken in attach) go out first.
 	c.meterBuf = append(c.meterBuf[:0], c.pendingMeters...)
-	c.pendingMeters = c.pendingMeters[:0]
+	slots := append([]slotMeter(nil), c.pendingSlots...)
+	c.pendingMeters, c.pendingSlots = c.pendingMeters[:0], c.pendingSlots[:0]
+	for _, ifc := range c.gone {
+		if err := c.takeMeters(ifc, start, now, &c.meterBuf, &slots, true); err != nil {
+			return err
+		}
+		c.finalMeter(ifc, false)
+	}
+	c.gone = c.gone[:0]
 	for idx, ifc := range c.ifaces {
-		if err := c.takeMeters(ifc, start, now, &c.meterBuf); err != nil {
+		if err := c.takeMeters(ifc, start, now, &c.meterBuf, &slots, ifc.gone); err != nil {
 			return err
 		}
 		if ifc.gone {
@@ -468,20 +676,82 @@ func (c *Capture) meters(ctx context.Context) error {
 	if len(c.meterBuf) == 0 {
 		return nil
 	}
-	if err := c.h.Meters(ctx, c.meterBuf); err != nil {
+	e := &meterEnt{slots: slots}
+	c.pubMu.Lock()
+	c.meterAcks++
+	c.meterQ = append(c.meterQ, e)
+	c.pubMu.Unlock()
+	var once sync.Once
+	if err := c.h.Meters(ctx, c.meterBuf, func() { once.Do(func() { c.meterDone(e) }) }); err != nil {
 		return fmt.Errorf("capture: hand over meters: %w", err)
 	}
 	return nil
 }
 
+// meterDone records, once a meter batch and every older one are durable,
+// the readings they were taken up to as the slots' published meters: a
+// restarted agent publishes from there. (Out of order, a newer reading
+// would hide an older delta a kill then loses.) A final delta's ack frees
+// the slot's pinned record.
+func (c *Capture) meterDone(e *meterEnt) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	c.meterAcks--
+	e.done = true
+	n := 0
+	for n < len(c.meterQ) && c.meterQ[n].done {
+		n++
+	}
+	ready := c.meterQ[:n:n]
+	c.meterQ = c.meterQ[n:]
+	if c.pubClosed || !c.pinned {
+		return
+	}
+	for _, e := range ready {
+		c.publishedLocked(e.slots)
+	}
+}
+
+func (c *Capture) publishedLocked(slots []slotMeter) {
+	for _, s := range slots {
+		pub, err := c.objs.PublishedMeter(s.slot, s.dir)
+		if err != nil {
+			c.log.Warn("record published meter", "err", err)
+			continue
+		}
+		if newer(s.m, pub) {
+			if err := c.objs.SetPublishedMeter(s.slot, s.dir, s.m); err != nil {
+				c.log.Warn("record published meter", "err", err)
+			}
+		}
+		if s.final && s.dir == bpf.DirRX {
+			st, err := c.objs.MeterSlotState(s.slot)
+			if err == nil && st.Used == 1 && st.Ifindex == s.ifindex && st.First == s.first {
+				st.Used = 0
+				if err := c.objs.SetMeterSlotState(s.slot, &st); err != nil {
+					c.log.Warn("free pinned meter slot", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// newer: meter readings only grow; a late ack of an older reading (or of
+// the slot's previous owner) must not move the published meter back.
+func newer(a, b bpf.Meter) bool {
+	return a.Packets+a.SkippedPackets+a.LostPackets >= b.Packets+b.SkippedPackets+b.LostPackets && a != b
+}
+
 // takeMeters appends the delta of both directions of ifc since its last
-// meter record to buf and moves its baseline.
-func (c *Capture) takeMeters(ifc *iface, start int64, now time.Time, buf *[]MeterRecord) error {
+// meter record to buf, the readings to sm, and moves its baseline. final:
+// the interface is gone, this is its last delta.
+func (c *Capture) takeMeters(ifc *iface, start int64, now time.Time, buf *[]MeterRecord, sm *[]slotMeter, final bool) error {
 	for d := range 2 {
 		cur, err := c.objs.ReadMeter(ifc.slot, bpf.Direction(d))
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
+		*sm = append(*sm, slotMeter{slot: ifc.slot, dir: bpf.Direction(d), m: cur, final: final, ifindex: uint32(ifc.index), first: ifc.first})
 		b := ifc.base[d]
 		ifc.base[d] = cur
 		r := MeterRecord{
@@ -535,6 +805,160 @@ func (c *Capture) shutdown(ctx context.Context) error {
 	if err := c.meters(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	acked := c.waitAcks(ackWait)
+	if c.pinned {
+		switch {
+		case len(errs) > 0:
+			errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: the flush failed", c.cfg.PinDir))
+		case !acked:
+			errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: records not durable within %s stay in its ring; run --detach again once the downstream is back", c.cfg.PinDir, ackWait))
+		default:
+			if err := c.objs.Unpin(); err != nil {
+				errs = append(errs, fmt.Errorf("capture: remove pinned state: %w", err))
+			} else {
+				c.log.Info("pinned capture state removed", "pin_dir", c.cfg.PinDir)
+			}
+		}
+	} else if !acked {
+		c.log.Warn("records not acked by downstream at stop", "wait", ackWait.String())
+	}
 	c.log.Info("capture stopped: all flows flushed")
 	return errors.Join(errs...)
+}
+
+// keep is the stop with pinning: hand over what the ring holds and the
+// last meter deltas, wait until they are durable, and leave the programs
+// attached and the table pinned: the next run adopts them. Nothing is
+// swept: flows stay in the table, un-exported, and lose nothing.
+func (c *Capture) keep(ctx context.Context) error {
+	var errs []error
+	if err := c.drain(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.meters(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if !c.waitAcks(ackWait) {
+		c.log.Warn("handed-over records not durable at stop: they stay in the pinned ring and the next run hands them over again",
+			"wait", ackWait.String(), "ring_unacked_bytes", c.ring.Uncommitted())
+	}
+	for _, ifc := range c.ifaces {
+		if ifc.handle != nil {
+			if err := ifc.handle.Keep(); err != nil {
+				errs = append(errs, fmt.Errorf("capture: %w", err))
+			}
+			ifc.handle = nil
+		}
+	}
+	n, _ := c.objs.Flows()
+	c.log.Info("capture stopped: programs stay attached, state pinned for the next run", "pin_dir", c.cfg.PinDir,
+		"flows_in_kernel", len(n), "ring_unread_bytes", c.ring.Unread())
+	return errors.Join(errs...)
+}
+
+// closeObjects ends Run: late acks after it change nothing (what they
+// would have committed is handed over again by the next run).
+func (c *Capture) closeObjects() {
+	c.pubMu.Lock()
+	c.pubClosed = true
+	c.pubMu.Unlock()
+	if c.ring != nil {
+		c.ring.Close()
+	}
+	c.objs.Close()
+}
+
+// Close releases what Run left; Run releases everything itself, so this
+// is for the lifecycle shape. It never detaches: with pinning the
+// programs stay attached (Options.Detach removes them at Run's stop).
+func (c *Capture) Close() error { return nil }
+
+// adopt rebuilds the interface bookkeeping from the pinned state: every
+// slot a previous run owned becomes an interface to attach (adopting its
+// pinned link) with that run's first meters and its published ones as the
+// baseline, so the next delta covers everything since the last durable
+// one.
+func (c *Capture) adopt() error {
+	used := map[uint32]bool{}
+	for slot := uint32(1); slot <= c.spec.Interfaces; slot++ {
+		st, err := c.objs.MeterSlotState(slot)
+		if err != nil {
+			return err
+		}
+		if st.Used == 0 {
+			if st.Ifindex != 0 {
+				// A released interface: its flows may still be swept.
+				if _, ok := c.names[st.Ifindex]; !ok {
+					c.names[st.Ifindex] = nameEntry{name: st.IfName(), expires: time.Now().Add(2*c.cfg.IdleTimeout.D() + 2*c.cfg.SweepInterval.D())}
+				}
+			}
+			continue
+		}
+		ifc := &iface{index: int(st.Ifindex), name: st.IfName(), slot: slot, first: st.First}
+		for d := range 2 {
+			if ifc.base[d], err = c.objs.PublishedMeter(slot, bpf.Direction(d)); err != nil {
+				return err
+			}
+		}
+		if old, ok := c.ifaces[ifc.index]; ok {
+			// Two slots of one ifindex (a replaced interface): the
+			// older one is gone.
+			if old.slot > slot {
+				old, ifc = ifc, old
+			}
+			old.gone = true
+			c.gone = append(c.gone, old)
+		}
+		c.ifaces[ifc.index] = ifc
+		c.names[uint32(ifc.index)] = nameEntry{name: ifc.name}
+		used[slot] = true
+	}
+	free := c.freeSlots[:0]
+	for _, s := range c.freeSlots {
+		if !used[s] {
+			free = append(free, s)
+		}
+	}
+	c.freeSlots = free
+	c.log.Info("adopted pinned capture state", "pin_dir", c.cfg.PinDir, "interfaces", len(used),
+		"ring_unread_bytes", c.ring.Unread())
+	return nil
+}
+
+// attachAdopted attaches to an interface of the pinned state (adopting its
+// pinned link: this run's programs replace the old ones atomically).
+func (c *Capture) attachAdopted(ifc *iface) {
+	if err := c.objs.SetSlot(uint32(ifc.index), ifc.slot); err != nil {
+		c.log.Error("register interface", "ifname", ifc.name, "err", err)
+		c.m.attachFailures.Inc()
+		return
+	}
+	h, err := c.att.Attach(ifc.index, ifc.name)
+	if err != nil {
+		c.m.attachFailures.Inc()
+		c.log.Warn("attach", "ifname", ifc.name, "ifindex", ifc.index, "err", err)
+		return
+	}
+	ifc.handle = h
+	c.m.attached.Inc()
+	c.m.adopted.Inc()
+	c.m.preset(ifc.name)
+	c.log.Info("attached", "ifname", ifc.name, "ifindex", ifc.index, "mode", h.Mode, "slot", ifc.slot, "adopted", true, "link_adopted", h.Adopted)
+}
+
+// recordSlot writes a new attachment's slot to the pinned state.
+func (c *Capture) recordSlot(ifc *iface) error {
+	if !c.pinned {
+		return nil
+	}
+	st := bpf.MeterState{Ifindex: uint32(ifc.index), Used: 1, First: ifc.first}
+	copy(st.Name[:], ifc.name)
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	for d := range 2 {
+		if err := c.objs.SetPublishedMeter(ifc.slot, bpf.Direction(d), ifc.first[d]); err != nil {
+			return err
+		}
+	}
+	return c.objs.SetMeterSlotState(ifc.slot, &st)
 }

@@ -38,17 +38,19 @@ type collector struct {
 	meters []MeterRecord
 }
 
-func (c *collector) Flows(_ context.Context, recs []Record) error {
+func (c *collector) Flows(_ context.Context, recs []Record, done func()) error {
 	c.mu.Lock()
 	c.flows = append(c.flows, recs...)
 	c.mu.Unlock()
+	done()
 	return nil
 }
 
-func (c *collector) Meters(_ context.Context, ms []MeterRecord) error {
+func (c *collector) Meters(_ context.Context, ms []MeterRecord, done func()) error {
 	c.mu.Lock()
 	c.meters = append(c.meters, ms...)
 	c.mu.Unlock()
+	done()
 	return nil
 }
 
@@ -177,6 +179,7 @@ func labConfig(lab *nslab.Lab, mode attach.Mode) Config {
 	cfg.MemoryBudget = 8 << 20
 	cfg.MaxInterfaces = 16
 	cfg.AttachMode = mode
+	cfg.PinDir = "" // every stop flushes (the pinned tests set one)
 	cfg.MeterInterval = units.Duration(200 * time.Millisecond)
 	cfg.RescanInterval = units.Duration(500 * time.Millisecond)
 	return cfg

@@ -43,7 +43,16 @@ type Config struct {
 	RescanInterval units.Duration `yaml:"rescan_interval"`
 	// AttachMode is auto (tcx, else tc), tcx or tc (clsact + cls_bpf).
 	AttachMode attach.Mode `yaml:"attach_mode"`
+	// PinDir is the bpffs directory where the links and maps are pinned so
+	// a restarted agent adopts them and loses nothing ("" = no pinning: every
+	// stop detaches and flushes the table as shutdown records).
+	PinDir string `yaml:"pin_dir"`
+	// Detach is the --detach flag, not configuration: see Options.Detach.
+	Detach bool `yaml:"-"`
 }
+
+// DefaultPinDir is the default capture.pin_dir.
+const DefaultPinDir = "/sys/fs/bpf/tapflow"
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
@@ -58,6 +67,7 @@ func DefaultConfig() Config {
 		MeterInterval:  units.Duration(10 * time.Second),
 		RescanInterval: units.Duration(30 * time.Second),
 		AttachMode:     attach.Auto,
+		PinDir:         DefaultPinDir,
 	}
 }
 
@@ -96,6 +106,9 @@ func (c Config) Validate() error {
 	if !c.AttachMode.Valid() {
 		e.Add("attach_mode", quote(string(c.AttachMode))+" is unknown", "use auto, tcx or tc")
 	}
+	if c.PinDir != "" && !path.IsAbs(c.PinDir) {
+		e.Add("pin_dir", quote(c.PinDir)+" is not an absolute path", `use a directory on bpffs, e.g. "/sys/fs/bpf/tapflow", or "" to disable pinning`)
+	}
 	if c.FlowTableEntries < 0 {
 		e.Add("flow_table_entries", "is negative", "use 0 to derive it from memory_budget")
 	}
@@ -125,6 +138,7 @@ func (c Config) Spec(cpus int) (bpf.Spec, error) {
 	if c.RingBufferSize > 0 {
 		s.RingBytes = uint32(c.RingBufferSize)
 	}
+	s.PinDir = c.PinDir
 	return s, nil
 }
 

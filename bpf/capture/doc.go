@@ -3,7 +3,11 @@
 // Config.Interfaces as they appear (netlink events plus a periodic presence
 // scan), drains the ring buffer on a timer, sweeps idle flows, publishes
 // meters, and at shutdown detaches and flushes every flow still in the
-// kernel as a `shutdown` record.
+// kernel as a `shutdown` record — or, with Config.PinDir, leaves the
+// programs attached and the kernel state pinned, to be adopted by the next
+// run (see bpf/pin.go). Ring-buffer records are consumed only once the
+// Handler reports them durable (done), so a killed agent loses nothing
+// the kernel held: the next run reads again what was not durable.
 //
 // Everything runs in one goroutine (Run); the Handler it calls may block,
 // which is the backpressure: the ring buffer then fills and the kernel

@@ -20,9 +20,11 @@ type metrics struct {
 	tableCapacity          prometheus.Gauge
 	sweepDeferred          prometheus.Counter
 	cacheMerged            prometheus.Counter
+	adopted                prometheus.Counter
+	unacked                prometheus.Gauge
 }
 
-func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	lbl := []string{"ifname", "direction"}
 	cv := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_capture_" + name, Help: help}, lbl)
@@ -43,6 +45,8 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries, IPv4 and IPv6 tables)."}),
 		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
 		cacheMerged:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_flow_cache_merged_total", Help: "Per-CPU flow-cache slots the sweep merged into the flow table."}),
+		adopted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_adopted_interfaces_total", Help: "Interfaces whose pinned attachment, table and meters this run took over from a previous one."}),
+		unacked:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_ring_unacked_bytes", Help: "Ring-buffer bytes read and handed downstream but not yet durable (kept in the ring until acked)."}),
 	}
 	for _, r := range bpf.EndReasons() {
 		m.records[r] = m.recordsVec.WithLabelValues(r.String())
@@ -51,7 +55,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
-		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged} {
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register capture metrics: %w", err)
 		}
@@ -67,6 +71,17 @@ func (m *metrics) addMeter(r *MeterRecord) {
 	m.lostBytes.With(l).Add(float64(r.LostBytes))
 	m.failedUpdates.With(l).Add(float64(r.FailedUpdates))
 	m.skippedNonIP.With(l).Add(float64(r.SkippedNonIP))
+}
+
+// preset creates an attached interface's kernel meter and loss series at
+// 0, so rate() and increase() alerts see the first loss.
+func (m *metrics) preset(ifname string) {
+	for _, d := range []string{"tx", "rx"} {
+		l := prometheus.Labels{"ifname": ifname, "direction": d}
+		for _, v := range []*prometheus.CounterVec{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates, m.skippedNonIP} {
+			v.With(l)
+		}
+	}
 }
 
 func (m *metrics) forget(ifname string) {

@@ -28,7 +28,10 @@ import (
 // and sums stay exact. A batch acked with an error is merged back and
 // retried a second later; only what is still waiting when Run returns is
 // lost, and that is logged and counted
-// (tapflow_capture_meter_records_lost_total).
+// (tapflow_capture_meter_records_lost_total). Each Add's done is called
+// once every delta it brought is in an acked batch: the capture then
+// records those readings as published (pinned), so what a killed agent
+// still held here is published again by the next one.
 type MeterFeed struct {
 	node string
 	log  *slog.Logger
@@ -36,12 +39,19 @@ type MeterFeed struct {
 
 	mu      sync.Mutex
 	pending []schemas.Meter
+	refs    [][]*doneRef     // per pending record: the Adds it carries
 	index   map[meterKey]int // position in pending
 	done    bool             // Run has returned: requeues are losses
 	kick    chan struct{}
 }
 
 type meterKey struct{ ifname, direction string }
+
+// doneRef is one Add's done, called when n reaches 0.
+type doneRef struct {
+	n int
+	f func()
+}
 
 // MeterFeedOptions are the collaborators of a MeterFeed.
 type MeterFeedOptions struct {
@@ -84,8 +94,14 @@ func NewMeterFeed(opts MeterFeedOptions) (*MeterFeed, error) {
 func (f *MeterFeed) Name() string { return "ebpf-meters" }
 
 // Add takes meter deltas from the capture (the signature of
-// Options.Meters). It copies them, never blocks and never fails.
-func (f *MeterFeed) Add(_ context.Context, ms []capture.MeterRecord) error {
+// Options.Meters). It copies them, never blocks and never fails; done is
+// called once they are all published.
+func (f *MeterFeed) Add(_ context.Context, ms []capture.MeterRecord, done func()) error {
+	if len(ms) == 0 {
+		done()
+		return nil
+	}
+	ref := []*doneRef{{n: len(ms), f: done}}
 	f.mu.Lock()
 	for i := range ms {
 		m := &ms[i]
@@ -93,7 +109,7 @@ func (f *MeterFeed) Add(_ context.Context, ms []capture.MeterRecord) error {
 			TimeStart: m.TimeStart, TimeEnd: m.TimeEnd, Node: f.node, Ifname: m.Ifname, Direction: m.Direction,
 			Packets: m.Packets, Bytes: m.Bytes, LostPackets: m.LostPackets, LostBytes: m.LostBytes,
 			FailedUpdates: m.FailedUpdates, SkippedNonIP: m.SkippedNonIP,
-		})
+		}, ref)
 	}
 	f.mu.Unlock()
 	f.wake()
@@ -102,14 +118,16 @@ func (f *MeterFeed) Add(_ context.Context, ms []capture.MeterRecord) error {
 
 // mergeLocked adds m to pending, merged into a waiting record of the same
 // tap and direction if there is one.
-func (f *MeterFeed) mergeLocked(m schemas.Meter) {
+func (f *MeterFeed) mergeLocked(m schemas.Meter, refs []*doneRef) {
 	k := meterKey{m.Ifname, m.Direction}
 	i, ok := f.index[k]
 	if !ok {
 		f.index[k] = len(f.pending)
 		f.pending = append(f.pending, m)
+		f.refs = append(f.refs, append([]*doneRef(nil), refs...))
 		return
 	}
+	f.refs[i] = append(f.refs[i], refs...)
 	p := &f.pending[i]
 	p.TimeStart = min(p.TimeStart, m.TimeStart)
 	p.TimeEnd = max(p.TimeEnd, m.TimeEnd)
@@ -129,13 +147,13 @@ func (f *MeterFeed) wake() {
 }
 
 // take empties pending.
-func (f *MeterFeed) take() []schemas.Meter {
+func (f *MeterFeed) take() ([]schemas.Meter, [][]*doneRef) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.pending
-	f.pending = nil
+	p, r := f.pending, f.refs
+	f.pending, f.refs = nil, nil
 	clear(f.index)
-	return p
+	return p, r
 }
 
 // Run forwards waiting deltas as one batch whenever there are some, until
@@ -148,51 +166,66 @@ func (f *MeterFeed) Run(ctx context.Context, out chan<- *pipeline.BatchOf[schema
 		n := len(f.pending)
 		f.mu.Unlock()
 		if n > 0 { // requeued after the final send: nothing will send them
-			f.lose(f.take(), "still waiting at shutdown")
+			recs, _ := f.take()
+			f.lose(recs, "still waiting at shutdown")
 		}
 	}()
 	for {
 		select {
 		case <-ctx.Done():
-			if recs := f.take(); len(recs) > 0 {
-				out <- pipeline.NewBatchOf(recs, f.ackFor(recs))
+			if recs, refs := f.take(); len(recs) > 0 {
+				out <- pipeline.NewBatchOf(recs, f.ackFor(recs, refs))
 			}
 			return nil
 		case <-f.kick:
-			if recs := f.take(); len(recs) > 0 {
+			if recs, refs := f.take(); len(recs) > 0 {
 				select {
-				case out <- pipeline.NewBatchOf(recs, f.ackFor(recs)):
+				case out <- pipeline.NewBatchOf(recs, f.ackFor(recs, refs)):
 				case <-ctx.Done():
-					f.requeue(recs)
+					f.requeue(recs, refs)
 				}
 			}
 		}
 	}
 }
 
-// ackFor merges a failed batch back for a retry a second later.
-func (f *MeterFeed) ackFor(recs []schemas.Meter) pipeline.AckFunc {
+// ackFor calls the dones of a published batch, and merges a failed one
+// back for a retry a second later.
+func (f *MeterFeed) ackFor(recs []schemas.Meter, refs [][]*doneRef) pipeline.AckFunc {
 	return func(err error) {
 		if err == nil {
+			var call []func()
+			f.mu.Lock()
+			for _, rs := range refs {
+				for _, r := range rs {
+					if r.n--; r.n == 0 {
+						call = append(call, r.f)
+					}
+				}
+			}
+			f.mu.Unlock()
+			for _, c := range call {
+				c()
+			}
 			return
 		}
 		f.log.Warn("meter batch failed downstream; merged back for a retry", "records", len(recs), "err", err)
-		f.requeue(recs)
+		f.requeue(recs, refs)
 		time.AfterFunc(time.Second, f.wake)
 	}
 }
 
-func (f *MeterFeed) requeue(recs []schemas.Meter) {
+func (f *MeterFeed) requeue(recs []schemas.Meter, refs [][]*doneRef) {
 	f.mu.Lock()
 	if f.done {
 		f.mu.Unlock()
 		f.lose(recs, "failed after shutdown")
 		return
 	}
-	for _, m := range recs {
+	for i, m := range recs {
 		// Identity columns are stamped again by the publisher.
 		m.AgentID, m.BatchSeq, m.RecordIndex = "", 0, 0
-		f.mergeLocked(m)
+		f.mergeLocked(m, refs[i])
 	}
 	f.mu.Unlock()
 }

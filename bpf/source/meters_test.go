@@ -79,7 +79,7 @@ func TestMeterFeed(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, ms := range tc.before {
-				if err := f.Add(t.Context(), ms); err != nil {
+				if err := f.Add(t.Context(), ms, func() {}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -99,7 +99,7 @@ func TestMeterFeed(t *testing.T) {
 				}
 				if batches == 1 {
 					for _, ms := range tc.after {
-						_ = f.Add(t.Context(), ms)
+						_ = f.Add(t.Context(), ms, func() {})
 					}
 					// Let the retry (1s) and the new deltas meet, then stop.
 					time.AfterFunc(1500*time.Millisecond, cancel)
@@ -126,7 +126,7 @@ func TestMeterFeedLossCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = f.Add(t.Context(), []capture.MeterRecord{mrec("tap1", "tx", 0, 10, 1, 100), mrec("tap1", "rx", 0, 10, 1, 100)})
+	_ = f.Add(t.Context(), []capture.MeterRecord{mrec("tap1", "tx", 0, 10, 1, 100), mrec("tap1", "rx", 0, 10, 1, 100)}, func() {})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	out := make(chan *pipeline.BatchOf[schemas.Meter], 1)

@@ -22,17 +22,21 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives the tapflow_capture_* metrics; nil registers none.
-	Registry *prometheus.Registry
+	Registry prometheus.Registerer
 	// Meters, when set, receives every meter.v1 delta (per tap and
-	// direction, each meter_interval and once at shutdown). It may block.
-	Meters func(ctx context.Context, ms []capture.MeterRecord) error
+	// direction, each meter_interval and once at shutdown). It may block;
+	// done is called once the deltas are durable (MeterFeed.Add).
+	Meters func(ctx context.Context, ms []capture.MeterRecord, done func()) error
+	// Detach: at stop, export the whole kernel table and remove the pinned
+	// capture state (capture.Options.Detach).
+	Detach bool
 }
 
 // Source is the eBPF capture as a pipeline.Source.
 type Source struct {
 	cap    *capture.Capture
 	dec    *Decoder
-	meters func(ctx context.Context, ms []capture.MeterRecord) error
+	meters func(ctx context.Context, ms []capture.MeterRecord, done func()) error
 	log    *slog.Logger
 	nacks  prometheus.Counter
 	out    chan<- *pipeline.Batch
@@ -62,7 +66,7 @@ func New(cfg capture.Config, opts Options) (*Source, error) {
 			return nil, fmt.Errorf("ebpf source: register metrics: %w", err)
 		}
 	}
-	c, err := capture.New(cfg, capture.Options{Logger: log, Registry: opts.Registry, Handler: s})
+	c, err := capture.New(cfg, capture.Options{Logger: log, Registry: opts.Registry, Handler: s, Detach: opts.Detach})
 	if err != nil {
 		return nil, fmt.Errorf("ebpf source: %w", err)
 	}
@@ -72,6 +76,9 @@ func New(cfg capture.Config, opts Options) (*Source, error) {
 
 // Name implements pipeline.Source.
 func (s *Source) Name() string { return "ebpf" }
+
+// Running reports whether the capture is loaded and attached (readiness).
+func (s *Source) Running() bool { return s.cap.Running() }
 
 // Run captures until ctx is done, then flushes every flow still in the
 // kernel (end_reason shutdown) into out and returns. It never closes out.
@@ -85,27 +92,35 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 
 // Flows implements capture.Handler: one batch per call. The send blocks on
 // a full edge (backpressure) and, by the pipeline contract, is read until
-// Run returns, so the shutdown flush is never dropped.
-func (s *Source) Flows(_ context.Context, recs []capture.Record) error {
+// Run returns, so the shutdown flush is never dropped. The batch's ack
+// (published, or in the spool) is the capture's done: only then does the
+// capture give the records' ring-buffer space back.
+func (s *Source) Flows(_ context.Context, recs []capture.Record, done func()) error {
 	flows := make([]schemas.Flow, len(recs))
 	for i := range recs {
 		s.dec.Decode(&recs[i], &flows[i])
 	}
-	s.out <- pipeline.NewBatch(flows, s.ack)
+	s.out <- pipeline.NewBatch(flows, func(err error) {
+		if err != nil {
+			// Counted as lost downstream (spool full, …): retrying
+			// from the ring would block the capture behind it.
+			s.nacks.Inc()
+			s.log.Warn("captured batch failed downstream", "err", err)
+		}
+		done()
+	})
 	return nil
 }
 
-func (s *Source) ack(err error) {
-	if err != nil {
-		s.nacks.Inc()
-		s.log.Warn("captured batch failed downstream", "err", err)
-	}
-}
+// Close implements the lifecycle shape; the capture releases its kernel
+// handles when Run returns and never detaches a pinned capture here.
+func (s *Source) Close() error { return s.cap.Close() }
 
 // Meters implements capture.Handler.
-func (s *Source) Meters(ctx context.Context, ms []capture.MeterRecord) error {
+func (s *Source) Meters(ctx context.Context, ms []capture.MeterRecord, done func()) error {
 	if s.meters == nil {
+		done()
 		return nil
 	}
-	return s.meters(ctx, ms)
+	return s.meters(ctx, ms, done)
 }

@@ -30,12 +30,14 @@ func TestSourceConservation(t *testing.T) {
 	cfg.MemoryBudget = 8 << 20
 	cfg.MaxInterfaces = 8
 	cfg.MeterInterval = units.Duration(100 * time.Millisecond)
+	cfg.PinDir = "" // the stop flushes the table
 
 	type key struct{ ifname, dir string }
 	var mu sync.Mutex
 	meters := map[key][2]int64{}
 	reg := prometheus.NewRegistry()
-	src, err := New(cfg, Options{Node: "node-a", Registry: reg, Meters: func(_ context.Context, ms []capture.MeterRecord) error {
+	src, err := New(cfg, Options{Node: "node-a", Registry: reg, Meters: func(_ context.Context, ms []capture.MeterRecord, done func()) error {
+		defer done()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range ms {

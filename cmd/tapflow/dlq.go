@@ -3,29 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/dlq"
 )
 
-const dlqUsage = `Usage: tapflow dlq inspect|replay [flags]
-
-Dead letters: messages the collector rejected and moved whole, with their
+const dlqLong = `Dead letters: messages the collector rejected and moved whole, with their
 original headers and the reason, to TAPFLOW_DLQ (docs/delivery.md, Dead
 letters). Reasons: decode (not a tapflow batch), size (over
 collector.max_message_bytes or max_batch_records), identity (records do not
@@ -46,120 +39,97 @@ collector.max_clock_skew ahead or max_record_age old).
 Connects like the other commands: nats.url of --config, or nats.listen of an
 embedded server (set it on the running tapflow), or --nats-url.
 
-Examples:
-  tapflow dlq inspect --config /etc/tapflow/tapflow.yaml --reason time
+Exit codes: 0 ok, 1 failure or (replay) a selected letter not replayed, 2 usage.`
+
+const dlqExample = `  tapflow dlq inspect --config /etc/tapflow/tapflow.yaml --reason time
   tapflow dlq replay --config /etc/tapflow/tapflow.yaml --reason time --dry-run
-  tapflow dlq replay --config /etc/tapflow/tapflow.yaml --subject 'tapflow.flows.v1.cmp7'
+  tapflow dlq replay --config /etc/tapflow/tapflow.yaml --subject 'tapflow.flows.v1.cmp7'`
 
-Exit codes: 0 ok, 1 failure or (replay) a selected letter not replayed, 2 usage.
+func init() { register(newDLQCmd) }
 
-Flags:
-`
-
-// dlqCmd implements `tapflow dlq`.
-func dlqCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "inspect" && args[0] != "replay") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprint(stdout, dlqUsage)
-			return exitOK
-		}
-		fmt.Fprint(stderr, dlqUsage)
-		return exitUsage
-	}
-	op := args[0]
-	fs := flag.NewFlagSet("tapflow dlq "+op, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "config file (YAML): nats.url, nats.creds_file, nats.listen")
-	natsURL := fs.String("nats-url", "", "override nats.url")
-	reason := fs.String("reason", "", "only dead letters of this reason: "+strings.Join(consume.Reasons, ", "))
-	subject := fs.String("subject", "", "only dead letters whose original subject matches (NATS wildcards * and >), e.g. tapflow.flows.v1.cmp7")
-	seqs := fs.String("seq", "", "only these DLQ sequences, comma-separated")
-	format := fs.String("format", "table", "inspect output: table or json (one object per line)")
-	dryRun := fs.Bool("dry-run", false, "replay: show what would be replayed; publish and delete nothing")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on connecting and on each request")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, dlqUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tapflow dlq %s: "+format+"\n", append([]any{op}, a...)...)
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q; flags only (see tapflow dlq --help)", fs.Arg(0))
-	}
-	f := dlq.Filter{Reason: *reason, Subject: *subject}
-	if f.Reason != "" && !contains(consume.Reasons, f.Reason) {
-		return usageErr("--reason %q: unknown; use one of %s", f.Reason, strings.Join(consume.Reasons, ", "))
-	}
-	if *seqs != "" {
-		f.Seqs = map[uint64]bool{}
-		for _, s := range strings.Split(*seqs, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
-			if err != nil {
-				return usageErr("--seq %q: not a sequence number", s)
-			}
-			f.Seqs[n] = true
-		}
-	}
-	if *format != "table" && *format != "json" {
-		return usageErr("--format %q: use table or json", *format)
-	}
-	if op == "inspect" && *dryRun {
-		return usageErr("--dry-run applies to replay only")
-	}
-	if err := transport.CheckFlagURL(*natsURL); err != nil {
-		return usageErr("--nats-url: %v", err)
-	}
-	cfg, err := loadConfig(*cfgPath, func(c *config.Config) { set(&c.NATS.URL, *natsURL) })
-	if err != nil {
-		fmt.Fprintf(stderr, "tapflow dlq %s: invalid config:\n%s\n", op, indent(err))
-		return exitUsage
-	}
-	url := cfg.NATS.URL
-	if url == "" && cfg.NATS.Listen != "" {
-		url = "nats://" + cfg.NATS.Listen
-	}
-	if url == "" {
-		return usageErr("no NATS to connect to: nats.url is empty and nats.listen is not set, so an embedded server is reachable only inside its own process; set nats.listen (e.g. 127.0.0.1:4222) on the running tapflow, or give --nats-url / --config with nats.url")
-	}
-	ncfg := cfg.NATS
-	ncfg.URL = url
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *timeout)
-	nc, err := transport.Connect(cctx, ncfg, "tapflow-dlq", log)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "tapflow dlq %s: %v\n", op, err)
-		return exitRuntime
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(*timeout))
-	if err != nil {
-		fmt.Fprintf(stderr, "tapflow dlq %s: %v\n", op, err)
-		return exitRuntime
-	}
-	if op == "inspect" {
-		return dlqInspect(ctx, js, f, *format, stdout, stderr)
-	}
-	return dlqReplay(ctx, js, f, *dryRun, *timeout, *format, stdout, stderr)
+func newDLQCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:     "dlq inspect|replay",
+		Short:   "list dead letters the collector rejected, replay them once fixed",
+		Long:    dlqLong,
+		Example: dlqExample,
+	}, newDLQOpCmd("inspect", "list dead letters; read-only"), newDLQOpCmd("replay", "republish dead letters to their original subject, then delete them from the DLQ"))
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
+// newDLQOpCmd builds dlq inspect or dlq replay: the same selection flags,
+// --dry-run for replay only.
+func newDLQOpCmd(op, short string) *cobra.Command {
+	var (
+		cf                            cfgFlags
+		reason, subject, seqs, format string
+		dryRun                        bool
+		timeout                       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     op + " [flags]",
+		Short:   short,
+		Long:    dlqLong,
+		Example: dlqExample,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := dlq.Filter{Reason: reason, Subject: subject}
+			if f.Reason != "" && !contains(consume.Reasons, f.Reason) {
+				return usageErr("--reason %q: unknown; use one of %s", f.Reason, strings.Join(consume.Reasons, ", "))
+			}
+			if seqs != "" {
+				f.Seqs = map[uint64]bool{}
+				for _, s := range strings.Split(seqs, ",") {
+					n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+					if err != nil {
+						return usageErr("--seq %q: not a sequence number", s)
+					}
+					f.Seqs[n] = true
+				}
+			}
+			if format != "table" && format != "json" {
+				return usageErr("--format %q: use table or json", format)
+			}
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			ncfg, err := natsTarget(cfg)
+			if err != nil {
+				return err
+			}
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ctx, stop := signalContext()
+			defer stop()
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			nc, err := transport.Connect(cctx, ncfg, "tapflow-dlq", log)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(timeout))
+			if err != nil {
+				return err
+			}
+			if op == "inspect" {
+				return exitCode(dlqInspect(ctx, js, f, format, stdout, stderr))
+			}
+			return exitCode(dlqReplay(ctx, js, f, dryRun, timeout, format, stdout, stderr))
+		},
 	}
-	return false
+	fs := cmd.Flags()
+	cf.bindConfig(fs, "read the config from `FILE` (YAML): nats.url, nats.creds_file, nats.listen")
+	cf.bindNATSURL(fs)
+	fs.StringVar(&reason, "reason", "", "only dead letters of this reason: "+strings.Join(consume.Reasons, ", "))
+	fs.StringVar(&subject, "subject", "", "only dead letters whose original subject matches (NATS wildcards * and >), e.g. tapflow.flows.v1.cmp7")
+	fs.StringVar(&seqs, "seq", "", "only these DLQ sequences, comma-separated")
+	fs.StringVar(&format, "format", "table", op+" output: table or json (one object per line)")
+	if op == "replay" {
+		fs.BoolVar(&dryRun, "dry-run", false, "show what would be replayed; publish and delete nothing")
+	}
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
+	return cmd
 }
 
 func dlqInspect(ctx context.Context, js jetstream.JetStream, f dlq.Filter, format string, stdout, stderr io.Writer) int {

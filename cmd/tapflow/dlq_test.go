@@ -247,7 +247,7 @@ func TestDLQUsage(t *testing.T) {
 		{[]string{"dlq", "inspect", "--reason", "nope"}, exitUsage, `--reason "nope": unknown`},
 		{[]string{"dlq", "inspect", "--format", "xml"}, exitUsage, "use table or json"},
 		{[]string{"dlq", "inspect", "--seq", "x"}, exitUsage, "not a sequence number"},
-		{[]string{"dlq", "inspect", "--dry-run"}, exitUsage, "replay only"},
+		{[]string{"dlq", "inspect", "--dry-run"}, exitUsage, "unknown flag: --dry-run"}, // replay only
 		{[]string{"dlq", "inspect"}, exitUsage, "nats.listen is not set"},
 	} {
 		code, _, errOut := runCLI(tc.args...)

@@ -3,26 +3,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	labfiles "github.com/tapflow/tapflow/deploy/lab"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/lab"
 )
 
-const labUsage = `tapflow lab — a mini OpenStack cloud in network namespaces, on real traffic
+const labLong = `tapflow lab — a mini OpenStack cloud in network namespaces, on real traffic
 
-Usage:
   tapflow lab up [--prefix P] TOPOLOGY     build the cloud (a file, or a built-in name: demo, …)
   tapflow lab up --register KEYSTONE_URL [--nova-conf FILE] TOPOLOGY
                                           create the same objects in a real OpenStack first
@@ -43,225 +41,288 @@ Usage:
 Needs root and the Debian packages iproute2, nftables, haproxy, keepalived.
 Everything lives in namespaces named <prefix>-… (default prefix tfl); the
 host's own interfaces and routes are never touched. docs/lab.md has the
-topology and scenario formats, the endpoint names and a walk-through.
-`
+topology and scenario formats, the endpoint names and a walk-through.`
 
-func labCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, labUsage)
-		return exitUsage
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve", "send": // hidden: run inside namespaces by the lab
-		return lab.HelperMain(args, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, labUsage)
-		return exitOK
-	}
-	fs := flag.NewFlagSet("tapflow lab "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	prefix := fs.String("prefix", "tfl", "namespace prefix of the lab (a lowercase letter, then up to 11 letters or digits)")
-	state := fs.String("state", "", "state directory (default /run/tapflow-lab/<prefix>)")
-	verbose := fs.Bool("v", false, "log every command the lab runs")
-	fs.Usage = func() { fmt.Fprintf(stderr, "%s\nFlags of %s:\n", labUsage, cmd); fs.PrintDefaults() }
+func init() { register(newLabCmd) }
 
-	// per-command flags
-	var (
-		register  = new(string)
-		novaConf  = new(string)
-		all       = new(bool)
-		data      = new(string)
-		duration  = new(time.Duration)
-		keep      = new(bool)
-		tr        lab.Transfer
-		bytesFlag = new(string)
-		durFlag   = new(time.Duration)
-	)
-	switch cmd {
-	case "up", "scenario":
-		register = fs.String("register", "", "Keystone v3 URL: create the cloud's objects in that OpenStack (admin credentials from OS_*); lab down deletes them")
-		novaConf = fs.String("nova-conf", "", "with --register on deploy/openstack-testbed: its nova.conf, to create the Nova servers (its nova-api cannot boot)")
-	}
-	switch cmd {
-	case "down":
-		all = fs.Bool("all", false, "remove every lab (every namespace set with a <prefix>-hv)")
-	case "run":
-		data = fs.String("data", "lab-data/run", "tapflow data directory (Parquet under <data>/flows)")
-		duration = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
-	case "scenario":
-		data = fs.String("data", "lab-data", "directory for each scenario's tapflow data (<data>/<scenario>)")
-		keep = fs.Bool("keep", false, "leave the lab up after the scenario (then: tapflow lab down)")
-	case "drive":
-		fs.StringVar(&tr.From, "from", "", "sender: a server name, or internet")
-		fs.StringVar(&tr.To, "to", "", "destination: SERVER[/v6], fip:NAME, lb:NAME, internet[:N], metadata, gateway:NET, dhcp:NET, mcast:GROUP, ip:ADDR")
-		fs.StringVar(&tr.Proto, "proto", "", "tcp (default), udp, http or icmp (default: what the destination implies)")
-		bytesFlag = fs.String("bytes", "1MiB", "payload bytes")
-		fs.IntVar(&tr.Port, "port", 0, "destination port (default: the service's)")
-		fs.BoolVar(&tr.Download, "download", false, "tcp/http: the destination sends")
-		fs.IntVar(&tr.Size, "size", 0, "udp datagram / icmp payload size (default 1000)")
-		durFlag = fs.Duration("duration", 0, "spread the payload over this long")
-	}
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
+// labFlags are the flags every lab command has.
+type labFlags struct {
+	prefix, state      string
+	verbose            bool
+	register, novaConf string // up and scenario only
+}
+
+// labEnv is what a lab command runs with.
+type labEnv struct {
+	ctx  context.Context
+	log  *slog.Logger
+	exe  string
+	opts lab.Options
+}
+
+func (lf *labFlags) env(cmd *cobra.Command) (*labEnv, context.CancelFunc, error) {
 	level := slog.LevelInfo
-	if *verbose {
+	if lf.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "tapflow lab: cannot find my own executable: %v\n", err)
-		return exitRuntime
+		return nil, nil, fmt.Errorf("cannot find my own executable: %w", err)
 	}
-	opts := lab.Options{Prefix: *prefix, StateDir: *state, Helper: lab.Command{Path: exe, Args: []string{"lab"}}, Logger: log}
-	if *register != "" {
-		opts.Register = &lab.RegisterOptions{AuthURL: *register, NovaConf: *novaConf}
-	} else if *novaConf != "" {
-		fmt.Fprintln(stderr, "tapflow lab: --nova-conf needs --register")
-		return exitUsage
+	opts := lab.Options{Prefix: lf.prefix, StateDir: lf.state, Helper: lab.Command{Path: exe, Args: []string{"lab"}}, Logger: log}
+	if lf.register != "" {
+		opts.Register = &lab.RegisterOptions{AuthURL: lf.register, NovaConf: lf.novaConf}
+	} else if lf.novaConf != "" {
+		return nil, nil, usageErr("--nova-conf needs --register")
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "tapflow lab %s: %v\n", cmd, err)
-		return exitRuntime
-	}
+	ctx, stop := signalContext()
+	return &labEnv{ctx: ctx, log: log, exe: exe, opts: opts}, stop, nil
+}
 
-	switch cmd {
-	case "up":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stderr, "tapflow lab up: give one topology (a file, or a built-in name; see tapflow lab list)")
-			return exitUsage
-		}
-		data, name, err := readTopology(fs.Arg(0))
+// labCommand builds a lab subcommand whose RunE gets the lab environment.
+func labCommand(lf *labFlags, c *cobra.Command, fn func(e *labEnv, cmd *cobra.Command, args []string) error) *cobra.Command {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		e, stop, err := lf.env(cmd)
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		l, err := lab.New(data, name, opts)
+		defer stop()
+		return fn(e, cmd, args)
+	}
+	return c
+}
+
+func (lf *labFlags) bindRegister(c *cobra.Command) {
+	c.Flags().StringVar(&lf.register, "register", "", "Keystone v3 URL: create the cloud's objects in that OpenStack (admin credentials from OS_*); lab down deletes them")
+	c.Flags().StringVar(&lf.novaConf, "nova-conf", "", "with --register on deploy/openstack-testbed: its nova.conf, to create the Nova servers (its nova-api cannot boot)")
+}
+
+func newLabCmd() *cobra.Command {
+	lf := &labFlags{}
+	root := &cobra.Command{
+		Use:   "lab <command>",
+		Short: "a mini OpenStack cloud in network namespaces: up, down, run, drive, scenario (docs/lab.md)",
+		Long:  labLong,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&lf.prefix, "prefix", "tfl", "namespace prefix of the lab (a lowercase letter, then up to 11 letters or digits)")
+	pf.StringVar(&lf.state, "state", "", "state directory (default /run/tapflow-lab/<prefix>)")
+	pf.BoolVarP(&lf.verbose, "verbose", "v", false, "log every command the lab runs")
+
+	up := labCommand(lf, &cobra.Command{
+		Use: "up [--register KEYSTONE_URL] TOPOLOGY", Short: "build the cloud (a file, or a built-in name: demo, …)",
+		Long: "Build the cloud of TOPOLOGY (a file, or a built-in name; see tapflow lab list). With --register,\ncreate the same objects in a real OpenStack first (credentials: OS_USERNAME, OS_PASSWORD,\nOS_PROJECT_NAME, …) and build the namespaces with the ids, MACs and addresses it made.",
+		Args: exactArgs(1, "one topology (a file, or a built-in name; see tapflow lab list)"),
+	}, func(e *labEnv, cmd *cobra.Command, args []string) error {
+		data, name, err := readTopology(args[0])
 		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitUsage
+			return err
+		}
+		l, err := lab.New(data, name, e.opts)
+		if err != nil {
+			return usageErr("%v", err)
 		}
 		start := time.Now()
-		if err := l.Up(ctx); err != nil {
-			return fail(err)
+		if err := l.Up(e.ctx); err != nil {
+			return err
 		}
+		stdout := cmd.OutOrStdout()
 		fmt.Fprintf(stdout, "lab %s is up in %s: %d namespaces, %d taps in %s\n",
 			l.Prefix(), time.Since(start).Round(time.Millisecond), len(l.Cloud.Namespaces()), len(l.Cloud.Taps()), l.Cloud.HVNS())
 		if l.Registered() {
-			fmt.Fprintf(stdout, "registered in OpenStack at %s; tapflow reads it with %s (entry lab)\n", *register, l.CloudsPath())
+			fmt.Fprintf(stdout, "registered in OpenStack at %s; tapflow reads it with %s (entry lab)\n", lf.register, l.CloudsPath())
 		} else {
 			fmt.Fprintf(stdout, "inventory: %s\n", l.InventoryPath())
 		}
 		fmt.Fprintf(stdout, "next: tapflow lab run --prefix %s --data lab-data/run   (another terminal), then tapflow lab drive ...\n", l.Prefix())
-		return exitOK
-	case "down":
-		prefixes := []string{*prefix}
-		if *all {
+		return nil
+	})
+	lf.bindRegister(up)
+
+	var all bool
+	down := labCommand(lf, &cobra.Command{
+		Use: "down [--prefix P | --all]", Short: "remove it (also after a crash: by namespace prefix)",
+		Long: "Remove the lab's namespaces (also after a crash: by namespace prefix) and, for a registered lab, its OpenStack objects.",
+		Args: noArgs,
+	}, func(e *labEnv, cmd *cobra.Command, _ []string) error {
+		prefixes := []string{lf.prefix}
+		if all {
+			var err error
 			if prefixes, err = lab.Labs(); err != nil {
-				return fail(err)
+				return err
 			}
 		}
 		for _, p := range prefixes {
-			dir := *state
-			if *all {
+			dir := lf.state
+			if all {
 				dir = ""
 			}
-			names, err := lab.Teardown(ctx, p, dir, log)
+			names, err := lab.Teardown(e.ctx, p, dir, e.log)
 			if err != nil {
-				return fail(err)
+				return err
 			}
-			fmt.Fprintf(stdout, "lab %s: removed %d namespaces\n", p, len(names))
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s: removed %d namespaces\n", p, len(names))
 		}
-		return exitOK
-	case "list":
-		return labList(stdout, stderr)
-	case "scenario":
-		return labScenarios(ctx, fs.Args(), *data, *keep, opts, exe, stdout, stderr)
+		return nil
+	})
+	down.Flags().BoolVar(&all, "all", false, "remove every lab (every namespace set with a <prefix>-hv)")
+
+	list := &cobra.Command{
+		Use: "list", Short: "built-in topologies and scenarios, and running labs",
+		Long: "List the built-in topologies and scenarios, and the running labs.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exitCode(labList(cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
 	}
 
-	// The rest act on a running lab.
-	l, err := lab.Open(opts)
-	if err != nil {
-		return fail(err)
-	}
-	switch cmd {
-	case "run":
-		p, err := l.StartPipeline(ctx, lab.PipelineOptions{Command: lab.Command{Path: exe}, DataDir: *data})
+	var scData string
+	var keep bool
+	scenario := labCommand(lf, &cobra.Command{
+		Use: "scenario [--data DIR] [--register URL] NAME|FILE|all ...", Short: "run acceptance scenarios: up, tapflow run, drive, stop, check, down",
+		Long: "Run acceptance scenarios: up, tapflow run, drive, stop, check the Parquet table and conservation, down.",
+		Args: cobra.ArbitraryArgs,
+	}, func(e *labEnv, cmd *cobra.Command, args []string) error {
+		return exitCode(labScenarios(e.ctx, args, scData, keep, e.opts, e.exe, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+	})
+	scenario.Flags().StringVar(&scData, "data", "lab-data", "directory for each scenario's tapflow data (<data>/<scenario>)")
+	scenario.Flags().BoolVar(&keep, "keep", false, "leave the lab up after the scenario (then: tapflow lab down)")
+	lf.bindRegister(scenario)
+
+	var runData string
+	var runDuration time.Duration
+	runCmd := labCommand(lf, &cobra.Command{
+		Use: "run [--prefix P] --data DIR", Short: "run tapflow (source ebpf) on the lab's taps until Ctrl-C",
+		Long: "Run tapflow (source ebpf) on the lab's taps until Ctrl-C, then print the flow table and the conservation check.",
+		Args: noArgs,
+	}, func(e *labEnv, cmd *cobra.Command, _ []string) error {
+		l, err := lab.Open(e.opts)
 		if err != nil {
-			return fail(err)
+			return err
 		}
+		p, err := l.StartPipeline(e.ctx, lab.PipelineOptions{Command: lab.Command{Path: e.exe}, DataDir: runData})
+		if err != nil {
+			return err
+		}
+		stdout := cmd.OutOrStdout()
 		fmt.Fprintf(stdout, "tapflow run in %s: every tap attached; log %s; Ctrl-C stops it gracefully\n", l.Cloud.HVNS(), p.LogPath())
-		if *duration > 0 {
+		if runDuration > 0 {
 			select {
-			case <-ctx.Done():
-			case <-time.After(*duration):
+			case <-e.ctx.Done():
+			case <-time.After(runDuration):
 			}
 		} else {
-			<-ctx.Done()
+			<-e.ctx.Done()
 		}
-		if err := p.Stop(context.Background()); err != nil {
-			return fail(err)
+		err = p.Stop(context.Background())
+		p.Close()
+		if err != nil {
+			return err
 		}
 		flows, err := lab.ReadFlows(p.DataDir())
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		lab.PrintTable(stdout, l.Cloud.Table(flows))
 		cons, err := lab.RunConservation(flows, p.DataDir(), p.LogPath())
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		fmt.Fprintf(stdout, "conservation: %s\nParquet: %s/flows/dt=*/hour=*/*.parquet\n", cons, p.DataDir())
-		return exitOK
-	case "drive":
-		n, err := units.ParseByteSize(*bytesFlag)
+		return nil
+	})
+	runCmd.Flags().StringVar(&runData, "data", "lab-data/run", "tapflow data directory (Parquet under <data>/flows)")
+	runCmd.Flags().DurationVar(&runDuration, "duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+
+	var tr lab.Transfer
+	var bytesFlag string
+	var durFlag time.Duration
+	drive := labCommand(lf, &cobra.Command{
+		Use: "drive --from A --to B [flags]", Short: "send traffic between lab endpoints and confirm it arrived",
+		Long: "Send traffic from one lab endpoint to another and confirm the payload arrived.",
+		Args: noArgs,
+	}, func(e *labEnv, cmd *cobra.Command, _ []string) error {
+		n, err := units.ParseByteSize(bytesFlag)
 		if err != nil {
-			fmt.Fprintln(stderr, "tapflow lab drive: --bytes:", err)
-			return exitUsage
+			return usageErr("--bytes: %v", err)
 		}
-		tr.Bytes, tr.Duration = n, units.Duration(*durFlag)
+		tr.Bytes, tr.Duration = n, units.Duration(durFlag)
 		if tr.From == "" || tr.To == "" {
-			fmt.Fprintln(stderr, "tapflow lab drive: --from and --to are required")
-			return exitUsage
+			return usageHint("--from and --to are required")
 		}
-		res, err := l.Drive(ctx, []lab.Transfer{tr})
+		l, err := lab.Open(e.opts)
 		if err != nil {
-			return fail(err)
+			return err
+		}
+		res, err := l.Drive(e.ctx, []lab.Transfer{tr})
+		if err != nil {
+			return err
 		}
 		for _, r := range res {
-			fmt.Fprintf(stdout, "%s %s: %d payload bytes confirmed in %.2fs\n", r.Proto, r.To, r.Bytes, r.Seconds)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %d payload bytes confirmed in %.2fs\n", r.Proto, r.To, r.Bytes, r.Seconds)
 		}
-		return exitOK
-	case "failover":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stderr, "tapflow lab failover: give the load balancer's name")
-			return exitUsage
-		}
-		from, to, err := l.Failover(ctx, fs.Arg(0))
+		return nil
+	})
+	df := drive.Flags()
+	df.StringVar(&tr.From, "from", "", "sender: a server name, or internet")
+	df.StringVar(&tr.To, "to", "", "destination: SERVER[/v6], fip:NAME, lb:NAME, internet[:N], metadata, gateway:NET, dhcp:NET, mcast:GROUP, ip:ADDR")
+	df.StringVar(&tr.Proto, "proto", "", "tcp (default), udp, http or icmp (default: what the destination implies)")
+	df.StringVar(&bytesFlag, "bytes", "1MiB", "payload bytes")
+	df.IntVar(&tr.Port, "port", 0, "destination port (default: the service's)")
+	df.BoolVar(&tr.Download, "download", false, "tcp/http: the destination sends")
+	df.IntVar(&tr.Size, "size", 0, "udp datagram / icmp payload size (default 1000)")
+	df.DurationVar(&durFlag, "duration", 0, "spread the payload over this long")
+
+	failover := labCommand(lf, &cobra.Command{
+		Use: "failover LB", Short: "stop the MASTER amphora's keepalived; the VIP moves",
+		Long: "Stop the keepalived of load balancer LB's MASTER amphora; the VIP moves to the BACKUP.",
+		Args: exactArgs(1, "the load balancer's name"),
+	}, func(e *labEnv, cmd *cobra.Command, args []string) error {
+		l, err := lab.Open(e.opts)
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		fmt.Fprintf(stdout, "VIP of %s moved from %s to %s\n", fs.Arg(0), from.Name, to.Name)
-		return exitOK
-	case "inventory":
-		if fs.NArg() != 2 || (fs.Arg(0) != "add" && fs.Arg(0) != "remove") {
-			fmt.Fprintln(stderr, "tapflow lab inventory: add|remove SERVER")
-			return exitUsage
+		from, to, err := l.Failover(e.ctx, args[0])
+		if err != nil {
+			return err
 		}
-		if err := l.SetPresent(fs.Arg(1), fs.Arg(0) == "add"); err != nil {
-			return fail(err)
+		fmt.Fprintf(cmd.OutOrStdout(), "VIP of %s moved from %s to %s\n", args[0], from.Name, to.Name)
+		return nil
+	})
+
+	inv := labCommand(lf, &cobra.Command{
+		Use: "inventory add|remove SERVER", Short: "put a server's ports into / out of the inventory file",
+		Long: "Put a server's ports into (add) or out of (remove) the lab's inventory file.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 || (args[0] != "add" && args[0] != "remove") {
+				return usageHint("give add|remove SERVER")
+			}
+			return nil
+		},
+	}, func(e *labEnv, cmd *cobra.Command, args []string) error {
+		l, err := lab.Open(e.opts)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "inventory %s: %s %s\n", l.InventoryPath(), fs.Arg(0), fs.Arg(1))
-		return exitOK
+		if err := l.SetPresent(args[1], args[0] == "add"); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "inventory %s: %s %s\n", l.InventoryPath(), args[0], args[1])
+		return nil
+	})
+
+	// Hidden: the traffic helpers the lab runs inside its namespaces, with
+	// their own flags (lab.HelperMain parses them).
+	helper := func(name string) *cobra.Command {
+		return &cobra.Command{
+			Use: name, Hidden: true, DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return exitCode(lab.HelperMain(append([]string{name}, args...), cmd.OutOrStdout(), cmd.ErrOrStderr()))
+			},
+		}
 	}
-	fmt.Fprintf(stderr, "tapflow lab: unknown command %q\n\n%s", cmd, labUsage)
-	return exitUsage
+	return group(root, up, down, runCmd, drive, failover, inv, scenario, list, helper("serve"), helper("send"))
 }
 
 // readTopology reads a topology file, or a built-in one by name.

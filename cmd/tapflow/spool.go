@@ -1,62 +1,56 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tapflow/tapflow/transport/publish/spool"
 )
 
-const spoolUsage = `Usage: tapflow spool inspect|verify|repair DIR
-
-Operate on an agent spool directory (agent.spool.dir, default
+const spoolLong = `Operate on an agent spool directory (agent.spool.dir, default
 <data_dir>/agent/spool): the batches an agent keeps on disk while NATS is
 unreachable, replayed in order when it answers again.
 
-  inspect  list segments, batches, records, batch_seq ranges, ages and the
-           replay cursor; read-only, safe while the agent runs
-  verify   check every frame's checksum; exit 1 when anything is corrupt
-  repair   truncate a torn tail, rewrite segments without corrupt stretches,
-           fix the cursor; refuses while an agent holds the directory.
-           Batches in corrupt stretches are lost: the report says how much.
+Exit codes: 0 ok, 1 problems found (verify) or repair failed, 2 usage.`
 
-Exit codes: 0 ok, 1 problems found (verify) or repair failed, 2 usage.
-`
+func init() { register(newSpoolCmd) }
 
-// spoolCmd implements `tapflow spool`.
-func spoolCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tapflow spool", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, spoolUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return exitUsage
-	}
-	op, dir := fs.Arg(0), fs.Arg(1)
-	var (
-		rep *spool.Report
-		err error
+func newSpoolCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:   "spool inspect|verify|repair DIR",
+		Short: "inspect, verify or repair an agent spool directory",
+		Long:  spoolLong,
+	},
+		newSpoolOpCmd("inspect", "list segments, batches, records, batch_seq ranges, ages and the replay cursor; read-only, safe while the agent runs", spool.Inspect),
+		newSpoolOpCmd("verify", "check every frame's checksum; exit 1 when anything is corrupt", spool.Verify),
+		newSpoolOpCmd("repair", "truncate a torn tail, rewrite segments without corrupt stretches, fix the cursor", spool.Repair),
 	)
-	switch op {
-	case "inspect":
-		rep, err = spool.Inspect(dir)
-	case "verify":
-		rep, err = spool.Verify(dir)
-	case "repair":
-		rep, err = spool.Repair(dir)
-	default:
-		fmt.Fprintf(stderr, "tapflow spool: unknown operation %q\n\n%s", op, spoolUsage)
-		return exitUsage
+}
+
+func newSpoolOpCmd(op, short string, fn func(dir string) (*spool.Report, error)) *cobra.Command {
+	long := short + "."
+	if op == "repair" {
+		long += `
+Refuses while an agent holds the directory. Batches in corrupt stretches are
+lost: the report says how much.`
 	}
+	return &cobra.Command{
+		Use:   op + " DIR",
+		Short: short,
+		Long:  long + "\n\n" + spoolLong,
+		Args:  exactArgs(1, "the spool directory (agent.spool.dir)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return exitCode(spoolOp(op, args[0], fn, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
+	}
+}
+
+// spoolOp runs one operation and prints its report.
+func spoolOp(op, dir string, fn func(string) (*spool.Report, error), stdout, stderr io.Writer) int {
+	rep, err := fn(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "tapflow spool %s: %v\n", op, err)
 		if rep != nil {

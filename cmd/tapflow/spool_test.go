@@ -73,8 +73,8 @@ func TestSpoolCLI(t *testing.T) {
 			{[]string{"verify"}, exitOK, []string{"verify: ok"}, nil},
 		}},
 		{"usage", nil, []step{
-			{nil, exitUsage, nil, []string{"Usage: tapflow spool"}},
-			{[]string{"fix"}, exitUsage, nil, []string{`unknown operation "fix"`}},
+			{nil, exitUsage, nil, []string{"tapflow spool inspect|verify|repair DIR"}},
+			{[]string{"fix"}, exitUsage, nil, []string{`unknown command "fix"; use inspect|repair|verify`}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,7 +89,7 @@ func TestSpoolCLI(t *testing.T) {
 					args = append(args, dir)
 				}
 				var out, errb bytes.Buffer
-				if code := spoolCmd(args, &out, &errb); code != st.code {
+				if code := run(append([]string{"spool"}, args...), &out, &errb); code != st.code {
 					t.Fatalf("spool %v: exit %d, want %d\nstdout: %s\nstderr: %s", args, code, st.code, out.String(), errb.String())
 				}
 				for _, s := range st.out {
@@ -107,7 +107,7 @@ func TestSpoolCLI(t *testing.T) {
 	}
 	t.Run("missing dir", func(t *testing.T) {
 		var out, errb bytes.Buffer
-		if code := spoolCmd([]string{"inspect", filepath.Join(t.TempDir(), "nope")}, &out, &errb); code != exitRuntime || !strings.Contains(errb.String(), "agent.spool.dir") {
+		if code := run([]string{"spool", "inspect", filepath.Join(t.TempDir(), "nope")}, &out, &errb); code != exitRuntime || !strings.Contains(errb.String(), "agent.spool.dir") {
 			t.Fatalf("exit %d: %s", code, errb.String())
 		}
 	})

@@ -4,30 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/report"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 )
 
-const tapUsage = `Usage: tapflow tap [--tenant ID] [--zone Z] [--node N] [--port P] [--format table|json] [--limit N] [--config FILE]
-
-Print flow.v1 records live, as agents publish them to NATS (TAPFLOW_FLOWS).
+const tapLong = `Print flow.v1 records live, as agents publish them to NATS (TAPFLOW_FLOWS).
 
 tap reads through an ordered ephemeral consumer that starts at new messages
 (DeliverNew) and acks nothing: it never takes a message from the collector,
@@ -46,15 +40,11 @@ Connects like the other commands: nats.url and credentials of --config, or
 nats.listen of an embedded server (set it on the running tapflow), or
 --nats-url.
 
-Examples:
-  tapflow tap --config /etc/tapflow/tapflow.yaml --tenant 4f0c… --zone external
+Exit codes: 0 ok (--limit reached or interrupted), 1 failure, 2 usage.`
+
+const tapExample = `  tapflow tap --config /etc/tapflow/tapflow.yaml --tenant 4f0c… --zone external
   tapflow tap --nats-url nats://127.0.0.1:4222 --node cmp7 --port 443 --limit 20
-  tapflow tap --config /etc/tapflow/tapflow.yaml --format json | jq .bytes
-
-Exit codes: 0 ok (--limit reached or interrupted), 1 failure, 2 usage.
-
-Flags:
-`
+  tapflow tap --config /etc/tapflow/tapflow.yaml --format json | jq .bytes`
 
 // tapInactive is how soon the server deletes a tap consumer nobody pulls
 // from (a killed tap): the ordered consumer's pulls keep it alive while
@@ -74,71 +64,62 @@ func (f tapFilter) match(r *schemas.Flow) bool {
 		(f.port < 0 || r.SrcPort == f.port || r.DstPort == f.port)
 }
 
-// tapCmd implements `tapflow tap`.
-func tapCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tapflow tap", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "config file (YAML): nats.url, credentials and TLS of the nats section, or nats.listen")
-	natsURL := fs.String("nats-url", "", "override nats.url")
-	tenant := fs.String("tenant", "", "only records of this tenant_id (project ID)")
-	zone := fs.String("zone", "", "only records of this zone: "+strings.Join(report.Zones, ", "))
-	node := fs.String("node", "", "only records captured on this node (reads only tapflow.flows.v1.<node>)")
-	port := fs.Int("port", -1, "only records whose src_port or dst_port is this port")
-	format := fs.String("format", "table", "table or json (one record per line)")
-	limit := fs.Int("limit", 0, "exit after this many records (0: until interrupted)")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on connecting and on creating the consumer")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, tapUsage)
-		fs.PrintDefaults()
+func init() { register(newTapCmd) }
+
+func newTapCmd() *cobra.Command {
+	var (
+		cf                         cfgFlags
+		tenant, zone, node, format string
+		port, limit                int
+		timeout                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     "tap [flags]",
+		Short:   "print flow records live from NATS, filtered by tenant, zone, node, port; never disturbs the collector",
+		Long:    tapLong,
+		Example: tapExample,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "table" && format != "json" {
+				return usageErr("--format %q: use table or json", format)
+			}
+			if zone != "" && !contains(report.Zones, zone) {
+				return usageErr("--zone %q: unknown; use one of %s", zone, strings.Join(report.Zones, ", "))
+			}
+			if port < -1 || port > 65535 {
+				return usageErr("--port %d: use 0..65535", port)
+			}
+			if limit < 0 {
+				return usageErr("--limit %d: use 0 (no limit) or more", limit)
+			}
+			if strings.ContainsAny(node, ".*> \t") {
+				return usageErr("--node %q: a node name, without NATS wildcards or dots", node)
+			}
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			ncfg, err := natsTarget(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			f := tapFilter{tenant: tenant, zone: zone, node: node, port: int32(port)}
+			return tap(ctx, ncfg, f, format, limit, timeout, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tapflow tap: "+format+"\n", a...)
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q; flags only (see tapflow tap --help)", fs.Arg(0))
-	}
-	if *format != "table" && *format != "json" {
-		return usageErr("--format %q: use table or json", *format)
-	}
-	if *zone != "" && !contains(report.Zones, *zone) {
-		return usageErr("--zone %q: unknown; use one of %s", *zone, strings.Join(report.Zones, ", "))
-	}
-	if *port < -1 || *port > 65535 {
-		return usageErr("--port %d: use 0..65535", *port)
-	}
-	if *limit < 0 {
-		return usageErr("--limit %d: use 0 (no limit) or more", *limit)
-	}
-	if strings.ContainsAny(*node, ".*> \t") {
-		return usageErr("--node %q: a node name, without NATS wildcards or dots", *node)
-	}
-	cfg, err := loadConfig(*cfgPath, func(c *config.Config) { set(&c.NATS.URL, *natsURL) })
-	if err != nil {
-		fmt.Fprintf(stderr, "tapflow tap: invalid config:\n%s\n", indent(err))
-		return exitUsage
-	}
-	ncfg := cfg.NATS
-	if ncfg.URL == "" && ncfg.Listen != "" {
-		ncfg.URL = "nats://" + ncfg.Listen
-	}
-	if ncfg.URL == "" {
-		return usageErr("no NATS to connect to: nats.url is empty and nats.listen is not set, so an embedded server is reachable only inside its own process; set nats.listen (e.g. 127.0.0.1:4222) on the running tapflow, or give --nats-url / --config with nats.url")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	f := tapFilter{tenant: *tenant, zone: *zone, node: *node, port: int32(*port)}
-	if err := tap(ctx, ncfg, f, *format, *limit, *timeout, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "tapflow tap: %v\n", err)
-		return exitRuntime
-	}
-	return exitOK
+	fs := cmd.Flags()
+	cf.bindConfig(fs, "read the config from `FILE` (YAML): nats.url, credentials and TLS of the nats section, or nats.listen")
+	cf.bindNATSURL(fs)
+	fs.StringVar(&tenant, "tenant", "", "only records of this tenant_id (project ID)")
+	fs.StringVar(&zone, "zone", "", "only records of this zone: "+strings.Join(report.Zones, ", "))
+	fs.StringVar(&node, "node", "", "only records captured on this node (reads only tapflow.flows.v1.<node>)")
+	fs.IntVar(&port, "port", -1, "only records whose src_port or dst_port is this port")
+	fs.StringVar(&format, "format", "table", "table or json (one record per line)")
+	fs.IntVar(&limit, "limit", 0, "exit after this many records (0: until interrupted)")
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on connecting and on creating the consumer")
+	return cmd
 }
 
 func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string, limit int, timeout time.Duration, stdout, stderr io.Writer) error {

@@ -239,7 +239,10 @@ func TestTapUsage(t *testing.T) {
 		{[]string{"tap"}, exitUsage, "no NATS to connect to"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, _, stderr := runCLI(tc.args...)
+			code, stdout, stderr := runCLI(tc.args...)
+			if code == exitOK {
+				stderr = stdout // help goes to stdout
+			}
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.want)
 			}

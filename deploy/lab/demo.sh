@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/lab/demo.sh BIN DATA_DIR — what `make lab-demo` runs.
+# deploy/lab/demo.sh BIN DATA_DIR — what `make demo` runs as root.
 # As root: the demo cloud in network namespaces (deploy/lab/demo.yaml), real
 # HAProxy/keepalived/nftables, `tapflow run` (source: ebpf) on its taps in
 # the hypervisor namespace, a mix of real traffic and a failover, a graceful
@@ -10,7 +10,7 @@ set -euo pipefail
 bin=${1:-bin/tapflow} data=${2:-demo-data/lab}
 
 if [[ $(id -u) -ne 0 ]]; then
-	echo "lab-demo: not root — network namespaces and eBPF need root; running the synthetic demo instead"
+	echo "demo: not root — network namespaces and eBPF need root; running the synthetic demo instead"
 	exec deploy/scripts/demo.sh "$bin" "${data%/lab}" 20
 fi
 

@@ -6,6 +6,9 @@
 #   - lab's register tests: `tapflow lab up --register` builds the Octavia
 #     acceptance scenario in the APIs, tapflow reads its inventory from
 #     them, the seed's table and conservation are checked, down deletes it;
+#     and the new-VM test: a VM sends before its port exists, the port is
+#     created through Neutron, inventory serve finds it for an agent that
+#     holds only NATS credentials (TestRegisterNewVM);
 #   - the contract tests of enrich/provider/openstack (they stop and
 #     restart servers, so they run last).
 # The testbed is stopped (down.sh) whatever happens; on a failure the

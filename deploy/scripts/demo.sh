@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deploy/scripts/demo.sh BIN DATA_DIR SECONDS — what `make demo` runs:
+# deploy/scripts/demo.sh BIN DATA_DIR SECONDS — what `make demo-synthetic`
+# (and `make demo` when not root) runs:
 # tapflow run on synthetic flows for SECONDS, stopped with SIGINT (the
 # graceful path: drain, commit, ack), then a report read back from Parquet.
 set -euo pipefail

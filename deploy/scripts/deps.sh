@@ -15,9 +15,18 @@ command -v bpftool >/dev/null || need+=(bpftool)
 command -v nft >/dev/null || need+=(nftables)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v keepalived >/dev/null || need+=(keepalived)
+# the systemd units and the Debian package (internal/testkit/install):
+# systemd-analyze verify/security work without systemd as PID 1
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v adduser >/dev/null || need+=(adduser)
+command -v setpriv >/dev/null || need+=(util-linux)
+# promtool: check and unit-test the alert and recording rules (deploy/prometheus)
+command -v promtool >/dev/null || need+=(prometheus)
 # the JavaScript example subscriber (examples/js-subscriber, run by test-go)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# the terminal test of tapflow top (renders under a real tmux pane)
+command -v tmux >/dev/null || need+=(tmux)
 
 if ((${#need[@]} == 0)); then
 	exit 0

@@ -149,10 +149,8 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 	s.bytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_snapshot_bytes", Help: "Encoded size of the last snapshot published (what each agent downloads)."})
 	s.deltaBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_delta_bytes", Help: "Size of the delta sent before the last snapshot (0: none: first version, or the delta would not have been much smaller)."})
 	s.took = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_publish_seconds", Help: "Time the last publish took (encode and put)."})
-	s.held = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_held",
-		Help: "1 while an inventory that lost more than inventory.max_drop_fraction of the ports is held back (not published)."})
-	s.heldTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_inventory_held_total", Help: "Inventories held back for losing more than inventory.max_drop_fraction of the ports."})
-	s.confirmed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_drop_confirmed_total", Help: "Held inventories published, by what confirmed them (reads, operator)."}, []string{"by"})
+	guard := inventory.NewGuardMetrics()
+	s.held, s.heldTotal, s.confirmed = guard.Held, guard.HeldTotal, guard.Confirmed
 	for _, c := range []prometheus.Collector{s.leader, s.published, s.bytes, s.deltaBytes, s.took, s.held, s.heldTotal, s.confirmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inventory serve metrics: %w", err)
@@ -160,9 +158,6 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 	}
 	for _, r := range []string{"ok", "unchanged", "error"} {
 		s.published.WithLabelValues(r)
-	}
-	for _, b := range []string{"reads", "operator"} {
-		s.confirmed.WithLabelValues(b)
 	}
 	return s, nil
 }

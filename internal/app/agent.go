@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tapflow/tapflow/bpf"
@@ -63,6 +64,12 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("ebpf source: %w", err)
 		}
 		src = s
+		rt.addReady("capture", func() error {
+			if !s.Running() {
+				return errors.New("eBPF programs not loaded and attached yet")
+			}
+			return nil
+		})
 		if meters, err = newAgentMeters(cfg, rt, feed, log); err != nil {
 			return nil, fmt.Errorf("meter pipeline: %w", err)
 		}
@@ -75,7 +82,8 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		}
 		opts = append(opts, enrich.WithProvider(p))
 		// Unknown VM MACs are asked of the service at once (docs/inventory-service.md).
-		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Logger: log, Registry: rt.reg})
+		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Interval: cfg.Inventory.Lookup.Interval.D(),
+			Timeout: cfg.Inventory.Lookup.Timeout.D(), Logger: log, Registry: rt.reg})
 		if err != nil {
 			return nil, err
 		}
@@ -86,6 +94,12 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enrich: %w", err)
 	}
+	rt.addReady("inventory", func() error {
+		if eng.Snapshot().Version() == 0 {
+			return errors.New("not loaded yet (records would go unattributed)")
+		}
+		return nil
+	})
 	var sp *spool.Spool
 	if cfg.Agent.Spool.Enabled() {
 		if sp, err = spool.New(cfg.Agent.Spool, spool.Options{Logger: log, Registry: rt.reg}); err != nil {

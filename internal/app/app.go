@@ -19,7 +19,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tapflow/tapflow/internal/config"
@@ -48,6 +47,7 @@ func runAll(ctx context.Context, cfg config.Config, rt *runtime) error {
 	if err != nil {
 		return err
 	}
+	rt.start()
 	// The collector outlives the agent: it stops only once the agent has
 	// published everything, then drains what is left.
 	collCtx, stopCollector := context.WithCancel(context.Background())
@@ -77,6 +77,7 @@ func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		rt.start()
 		return a.Run(ctx)
 	})
 }
@@ -88,6 +89,7 @@ func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 		if err != nil {
 			return err
 		}
+		rt.start()
 		return c.Run(ctx)
 	})
 }
@@ -95,10 +97,14 @@ func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 // runtime is what every process shares: logger, metrics, NATS.
 type runtime struct {
 	log *slog.Logger
-	reg *prometheus.Registry
-	nc  *nats.Conn
-	js  js.JetStream
-	pm  *pipeline.Metrics // one set for every pipeline of the process
+	reg *obs.Registry
+	// ready answers /readyz; components add their checks as they are
+	// built and start() opens the gate once all of them are.
+	ready   *obs.Readiness
+	started atomic.Bool
+	nc      *nats.Conn
+	js      js.JetStream
+	pm      *pipeline.Metrics // one set for every pipeline of the process
 
 	// refresh asks the inventory provider for an immediate reconcile
 	// (SIGHUP, POST /-/refresh); set once an agent exists.
@@ -106,6 +112,16 @@ type runtime struct {
 	// confirmDrop applies an inventory the drop guard holds back
 	// (POST /-/inventory/confirm); set once an agent exists.
 	confirmDrop atomic.Pointer[func() bool]
+}
+
+// start marks the process built: /readyz now reports its checks.
+func (rt *runtime) start() { rt.started.Store(true) }
+
+// addReady adds a readiness check (no-op for runtimes without /readyz).
+func (rt *runtime) addReady(name string, fn func() error) {
+	if rt.ready != nil {
+		rt.ready.Add(name, fn)
+	}
 }
 
 func (rt *runtime) requestRefresh() bool {
@@ -130,17 +146,39 @@ const (
 )
 
 func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode natsMode, body func(context.Context, *runtime) error) error {
-	rt := &runtime{log: log, reg: obs.NewRegistry()}
+	rt := &runtime{log: log, reg: obs.NewRegistry(), ready: obs.NewReadiness()}
+	return runtimeBody(ctx, cfg, rt, mode, body)
+}
+
+// runtimeBody is withRuntime with the runtime given (tests keep a handle
+// on its registry and readiness).
+func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsMode, body func(context.Context, *runtime) error) error {
+	log := rt.log
 	rt.pm = pipeline.NewMetrics(rt.reg)
-	cfg.NATS.Metrics = transport.NewConnMetrics()
-	rt.reg.MustRegister(cfg.NATS.Metrics.Collectors()...)
+	var err error
+	if cfg.NATS.Metrics, err = transport.NewConnMetrics(rt.reg); err != nil {
+		return err
+	}
+	// Not ready until built, and no longer once the stop begins (before
+	// the agent flushes and the collector drains): a load balancer or
+	// orchestrator stops sending work first.
+	outer := ctx
+	rt.ready.Add("process", func() error {
+		switch {
+		case outer.Err() != nil:
+			return errors.New("shutting down")
+		case !rt.started.Load():
+			return errors.New("starting")
+		}
+		return nil
+	})
 	log.Info("tapflow starting", "version", version.Version, "node", cfg.Node, "source", cfg.Source,
 		"data_dir", cfg.DataDir, "nats", natsTarget(cfg), "output", cfg.Collector.Parquet.Output)
 
 	metricsCtx, stopMetrics := context.WithCancel(context.Background())
 	defer stopMetrics()
 	if cfg.Metrics.Listen != "" {
-		srv, err := obs.Listen(cfg.Metrics.Listen, rt.reg, map[string]http.Handler{
+		srv, err := obs.Listen(cfg.Metrics.Listen, rt.reg, obs.ServerOptions{Ready: rt.ready, Pprof: cfg.Metrics.Pprof, Extra: map[string]http.Handler{
 			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method != http.MethodPost {
 					http.Error(w, "use POST", http.StatusMethodNotAllowed)
@@ -159,7 +197,7 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 				}
 				return true, (*f)()
 			}),
-		})
+		}})
 		if err != nil {
 			return err
 		}
@@ -183,7 +221,6 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 		}
 	}
 
-	var err error
 	background := false
 	if cfg.NATS.URL == "" {
 		// Embedded server: `run` always, agent/collector alone too (single box).
@@ -222,6 +259,18 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 	if rt.js, err = js.New(rt.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	nc := rt.nc
+	rt.reg.MustRegister(transport.ConnectedGauge(nc))
+	var streamsReady atomic.Bool
+	rt.ready.Add("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("not connected (%s)", natsStatus(nc))
+		}
+		if !streamsReady.Load() {
+			return errors.New("JetStream streams not created yet")
+		}
+		return nil
+	})
 	if background {
 		// The publisher spools until NATS answers; the streams are
 		// created (or checked) once it does.
@@ -229,9 +278,13 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 			if !waitConnected(ctx, rt.nc) {
 				return
 			}
-			if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil && ctx.Err() == nil {
-				fatal(err)
+			if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+				if ctx.Err() == nil {
+					fatal(err)
+				}
+				return
 			}
+			streamsReady.Store(true)
 		}()
 	} else if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
 		if ctx.Err() != nil {
@@ -241,6 +294,8 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 			return nil
 		}
 		return err
+	} else {
+		streamsReady.Store(true)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -275,6 +330,20 @@ func waitConnected(ctx context.Context, nc *nats.Conn) bool {
 		}
 	}
 	return true
+}
+
+// natsStatus names the connection state for /readyz.
+func natsStatus(nc *nats.Conn) string {
+	switch nc.Status() {
+	case nats.RECONNECTING:
+		return "reconnecting"
+	case nats.CLOSED:
+		return "closed"
+	case nats.CONNECTING:
+		return "connecting"
+	default:
+		return nc.Status().String()
+	}
 }
 
 func natsTarget(cfg config.Config) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/testkit/chaos"
 	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/internal/units"
@@ -238,7 +239,7 @@ log:
 	}
 	defer nc.Close()
 	ajs, _ := jetstream.New(nc)
-	rt := &runtime{log: quiet, reg: prometheus.NewRegistry(), nc: nc, js: ajs, pm: pipeline.NewMetrics(nil)}
+	rt := &runtime{log: quiet, reg: obs.NewRegistry(), nc: nc, js: ajs, pm: pipeline.NewMetrics(nil)}
 	a, err := newAgent(acfg, rt)
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +408,7 @@ log:
 	_ = testutil.ToFloat64
 }
 
-func gatherCounter(reg *prometheus.Registry, name string) float64 {
+func gatherCounter(reg prometheus.Gatherer, name string) float64 {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return -1

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -108,7 +108,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &logSink{}
-	rt := &runtime{log: slog.New(logs), reg: prometheus.NewRegistry(), js: s.JS, pm: pipeline.NewMetrics(nil)}
+	rt := &runtime{log: slog.New(logs), reg: obs.NewRegistry(), js: s.JS, pm: pipeline.NewMetrics(nil)}
 	coll, err := newCollector(cfg, rt, false)
 	if err != nil {
 		t.Fatal(err)

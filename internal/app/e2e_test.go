@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	pq "github.com/parquet-go/parquet-go"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -59,7 +59,7 @@ func testConfig(t *testing.T, dir string) config.Config {
 }
 
 func newRT(t *testing.T, js jetstream.JetStream) *runtime {
-	rt := &runtime{log: quiet, reg: prometheus.NewRegistry(), js: js}
+	rt := &runtime{log: quiet, reg: obs.NewRegistry(), js: js}
 	rt.pm = pipeline.NewMetrics(nil)
 	return rt
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/audit"
+	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
@@ -53,6 +56,7 @@ func TestRunEBPFConservation(t *testing.T) {
 	cfg.Capture.MemoryBudget = 8 << 20
 	cfg.Capture.MaxInterfaces = 8
 	cfg.Capture.MeterInterval = units.Duration(250 * time.Millisecond)
+	cfg.Capture.PinDir = "" // the stop flushes the table
 	cfg.Inventory.File = writeLabInventory(t, dir, a, b)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -64,6 +68,7 @@ func TestRunEBPFConservation(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runAll(ctx, cfg, rt) }()
 	waitAttached(t, rt.reg, 2, done)
+	interfaceLossAtZero(t, rt.reg, a.Tap, b.Tap) // before any traffic
 
 	payload := runLabTraffic(t, a, b)
 	time.Sleep(time.Second) // meter intervals without traffic: zero deltas still tile time
@@ -157,10 +162,54 @@ func TestRunEBPFConservation(t *testing.T) {
 			t.Errorf("flows on %v without any meter record", k)
 		}
 	}
+	auditRealOutput(t, dir, cfg.Node)
+}
+
+// auditRealOutput runs tapflow audit's check on a real run's output: it
+// passes; with one flow file of its last hour removed it fails, naming the
+// node and that hour.
+func auditRealOutput(t *testing.T, dir, node string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := dataset.Open(ctx, dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.Run(ctx, out, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	_ = r.Print(&b, true)
+	t.Logf("tapflow audit on the run's output:\n%s", b.String())
+	if !r.OK() || r.FlowRecords == 0 || r.MeterRecords == 0 {
+		t.Fatalf("audit of a real run fails")
+	}
+	// Tamper: remove a flow file of the last hour.
+	last := r.Hours[len(r.Hours)-1].Hour
+	part := filepath.Join(dir, "flows", last.Format("dt=2006-01-02"), last.Format("hour=15"))
+	files, _ := filepath.Glob(filepath.Join(part, "*.parquet"))
+	if len(files) == 0 {
+		t.Fatalf("no flow file in %s", part)
+	}
+	if err := os.Remove(files[0]); err != nil {
+		t.Fatal(err)
+	}
+	r, err = audit.Run(ctx, out, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	_ = r.Print(&b, false)
+	t.Logf("tapflow audit with %s removed:\n%s", files[0], b.String())
+	want := fmt.Sprintf(" hour %s: flows ", last.Format("2006-01-02T15Z"))
+	if r.OK() || !strings.Contains(b.String(), "MISMATCH node "+node+" tap ") || !strings.Contains(b.String(), want) {
+		t.Fatalf("audit of the tampered output: want %q", want)
+	}
 }
 
 // waitAttached waits until the capture reports n attached interfaces.
-func waitAttached(t *testing.T, reg *prometheus.Registry, n float64, done <-chan error) {
+func waitAttached(t *testing.T, reg prometheus.Gatherer, n float64, done <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/invserve"
+	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -57,7 +58,19 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 	if cfg.NATS.URL == "" {
 		return errors.New("inventory serve publishes to the NATS the agents use: set nats.url")
 	}
-	reg := obs.NewRegistry()
+	return runInventoryServe(ctx, cfg, log, obs.NewRegistry(), obs.NewReadiness())
+}
+
+// runInventoryServe is RunInventoryServe with the registry and readiness
+// given (tests read them).
+func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger, reg *obs.Registry, ready *obs.Readiness) error {
+	outer := ctx
+	ready.Add("process", func() error {
+		if outer.Err() != nil {
+			return errors.New("shutting down")
+		}
+		return nil
+	})
 	var src invserve.Source
 	if cfg.Inventory.Provider == "openstack" {
 		p, err := openstack.New(cfg.Inventory.OpenStackConfig(), log, reg)
@@ -85,6 +98,13 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 		return err
 	}
 	defer nc.Close()
+	reg.MustRegister(transport.ConnectedGauge(nc))
+	ready.Add("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("not connected (%s)", natsStatus(nc))
+		}
+		return nil
+	})
 	jsc, err := js.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -94,13 +114,15 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 		Guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads,
 			MinPorts: cfg.Inventory.DropMinPorts},
 		Replicas: cfg.NATS.Replicas,
+		Lookup: lookup.ServerOptions{Rate: cfg.Inventory.Lookup.Rate, Burst: cfg.Inventory.Lookup.Burst,
+			Window: cfg.Inventory.Lookup.Window.D()},
 	}, src, jsc, log, reg)
 	if err != nil {
 		return err
 	}
 	defer svc.Close()
 	if cfg.Metrics.Listen != "" {
-		srv, err := obs.Listen(cfg.Metrics.Listen, reg, map[string]http.Handler{
+		srv, err := obs.Listen(cfg.Metrics.Listen, reg, obs.ServerOptions{Ready: ready, Pprof: cfg.Metrics.Pprof, Extra: map[string]http.Handler{
 			"/-/inventory/confirm": confirmHandler(func() (bool, bool) { return true, svc.ConfirmDrop() }),
 			"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method != http.MethodPost {
@@ -112,7 +134,7 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 				}
 				_, _ = io.WriteString(w, "inventory refresh requested\n")
 			}),
-		})
+		}})
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/synthetic"
 	"github.com/tapflow/tapflow/transport/transporttest"
@@ -56,7 +57,7 @@ func TestAgentAttributesFromInventoryServe(t *testing.T) {
 		t.Helper()
 		rt := newRT(t, srv.JS)
 		rt.nc = nc
-		reg := prometheus.NewRegistry()
+		reg := obs.NewRegistry()
 		rt.reg = reg
 		a, err := newAgent(acfg, rt)
 		if err != nil {
@@ -115,7 +116,7 @@ func (pipelineSink) Run(_ context.Context, in <-chan *pipeline.Batch) error {
 	return nil
 }
 
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func gauge(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -129,7 +130,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return -1
 }
 
-func zoneCount(t *testing.T, reg *prometheus.Registry, zone string) float64 {
+func zoneCount(t *testing.T, reg prometheus.Gatherer, zone string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/transport"
@@ -82,7 +83,7 @@ func TestAgentStartsDuringOutage(t *testing.T) {
 
 	ctx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
-	regc := make(chan *prometheus.Registry, 1)
+	regc := make(chan *obs.Registry, 1)
 	c := &counter{}
 	start := time.Now()
 	done := make(chan error, 1)
@@ -101,7 +102,7 @@ func TestAgentStartsDuringOutage(t *testing.T) {
 			return a.Run(ctx)
 		})
 	}()
-	var reg *prometheus.Registry
+	var reg *obs.Registry
 	select {
 	case reg = <-regc:
 	case err := <-done:

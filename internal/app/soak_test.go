@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -113,7 +114,7 @@ func soakConfig(t *testing.T, dir string) config.Config {
 // collector keeps running until stopCollector.
 type soakResult struct {
 	js            *countingJS
-	reg           *prometheus.Registry
+	reg           *obs.Registry
 	flows         *counter
 	meters        *meterGen
 	stopCollector func() error
@@ -274,7 +275,7 @@ func TestSoakLimitsRetentionStalls(t *testing.T) {
 
 // metricSum adds every series of the named counter or gauge; it fails
 // when reg has none (the metric must exist from start).
-func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -295,7 +296,7 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // metricSumOr0 is metricSum, 0 when reg has no series of name.
-func metricSumOr0(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricSumOr0(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -85,6 +85,9 @@ type CollectorConfig struct {
 type MetricsConfig struct {
 	// Listen is the address of /metrics (default 127.0.0.1:9464; "" disables).
 	Listen string `yaml:"listen"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on Listen (default
+	// false: profiles show code paths and cost CPU; enable to debug).
+	Pprof bool `yaml:"pprof"`
 }
 
 // LogConfig is the `log:` section.
@@ -94,6 +97,12 @@ type LogConfig struct {
 	// Level is debug, info (default), warn or error.
 	Level string `yaml:"level"`
 }
+
+// LogLevels and LogFormats are the values of log.level and log.format.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"json", "text"}
+)
 
 // Default returns the defaults for every field.
 func Default() Config {

@@ -41,6 +41,12 @@ func TestErrorsNameFieldAndFix(t *testing.T) {
 		{"missing inventory file", "node: a\ninventory:\n  file: /nonexistent/inv.yaml\n", []string{"inventory.file:"}},
 		{"poll interval zero with synthetic", "node: a\ninventory:\n  poll_interval: 0s\n", []string{"inventory.poll_interval"}},
 		{"not yaml", "node: [\n", []string{"not valid YAML"}},
+		{"nats url scheme", "node: a\nnats:\n  url: http://nats1:4222\n", []string{`nats.url: "http://nats1:4222": scheme "http", want nats, tls, ws or wss`}},
+		{"nats url port", "node: a\nnats:\n  url: nats://nats1:99999\n", []string{"nats.url:", "99999"}},
+		{"s3 endpoint scheme", "node: a\ncollector:\n  output: s3://b/p\n  s3:\n    endpoint: s3.example.net\n", []string{`collector.s3.endpoint: "s3.example.net" is not an http(s) URL`}},
+		{"s3 endpoint port", "node: a\ncollector:\n  output: s3://b/p\n  s3:\n    endpoint: http://127.0.0.1:0\n", []string{"collector.s3.endpoint: port 0 is not 1..65535"}},
+		{"noauth url", "node: a\ninventory:\n  provider: openstack\n  openstack:\n    noauth:\n      neutron: neutron:9696\n      nova: http://:8774\n", []string{
+			"inventory.openstack.noauth.neutron:", `inventory.openstack.noauth.nova: "http://:8774": no host`}},
 		{"inventory guard and serve keys", "node: a\ninventory:\n  provider: nats\n  max_drop_fraction: 2\n  drop_confirm_reads: 0\n  drop_min_ports: -1\n  serve:\n    lease: 10ms\n", []string{
 			"inventory.max_drop_fraction: 2 is not a fraction", "inventory.drop_confirm_reads", "inventory.drop_min_ports", "inventory.serve.lease: 10ms is too short"}},
 	}

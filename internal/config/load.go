@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,27 +33,156 @@ func Load(path string) (Config, error) {
 }
 
 // Parse is Load on bytes.
-func Parse(data []byte) (Config, error) {
-	cfg, err := Decode(data)
+func Parse(data []byte) (Config, error) { return ParseWith(data, nil) }
+
+// ParseWith is Parse with override (command-line flags) applied after
+// decoding and before resolving and validating. ${NAME} and
+// ${NAME:-default} are expanded from the environment first. Problems of
+// every kind are listed together: unset variables, values of the wrong
+// type (the field keeps its default, and the checks of that field are
+// left out) and invalid values. No value that came from the environment
+// is shown in them.
+func ParseWith(data []byte, override func(*Config)) (Config, error) {
+	exp, envErr := expandEnv(data, os.LookupEnv)
+	cfg, typeErr, err := decode(exp.data, exp.hideYAMLValue)
 	if err != nil {
-		return cfg, err
+		return cfg, exp.redact(errors.Join(envErr, err))
+	}
+	if override != nil {
+		override(&cfg)
 	}
 	cfg.Resolve()
-	return cfg, cfg.Validate()
+	var e units.Errors
+	e.Merge("", envErr)
+	e.Merge("", typeErr)
+	bad := problemPaths(envErr, typeErr)
+	for _, one := range unwrapAll(cfg.Validate()) {
+		var fe *units.FieldError
+		if errors.As(one, &fe) && bad[fe.Path] {
+			continue
+		}
+		e.Merge("", one)
+	}
+	return cfg, exp.redact(e.Err())
 }
 
-// Decode reads data over the defaults without resolving or validating,
-// so the caller can apply overrides (command-line flags) first.
+// Decode reads data over the defaults (after ${NAME} expansion) without
+// resolving or validating.
 func Decode(data []byte) (Config, error) {
-	cfg := Default()
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
+	exp, envErr := expandEnv(data, os.LookupEnv)
+	cfg, typeErr, err := decode(exp.data, exp.hideYAMLValue)
+	return cfg, exp.redact(errors.Join(envErr, typeErr, err))
+}
+
+// decode reads data over the defaults. typeErrs are values yaml could not
+// store (unknown keys, wrong types): decoding goes on past them, so they
+// are listed with the rest. err is a document that is not YAML at all.
+// hide rewrites the decoder's message about a line (see hideYAMLValue).
+func decode(data []byte, hide func(line int, msg string) string) (cfg Config, typeErrs, err error) {
+	cfg = Default()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return cfg, nil, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	derr := dec.Decode(&cfg)
+	if derr == nil {
+		return cfg, nil, nil
+	}
+	var te *yaml.TypeError
+	if !errors.As(derr, &te) {
+		msg := derr.Error()
+		if m := yamlLineRE.FindStringSubmatch(strings.TrimPrefix(msg, "yaml: ")); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			msg = hide(line, msg)
+		}
+		return cfg, nil, fmt.Errorf("config is not valid YAML: %s", msg)
+	}
+	// yaml.v3 skips a whole mapping that repeats a key, so everything in
+	// it would go unchecked: decode again with the repeats blanked out
+	// (the first occurrence wins) and list both passes' problems.
+	if dup, ok := withoutDuplicateKeys(data); ok {
+		cfg2 := Default()
+		dec := yaml.NewDecoder(bytes.NewReader(dup))
 		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
-			return cfg, yamlErrors(data, err)
+		var te2 *yaml.TypeError
+		if derr := dec.Decode(&cfg2); derr == nil || errors.As(derr, &te2) {
+			msgs := te.Errors
+			if te2 != nil {
+				msgs = append(msgs, te2.Errors...)
+			}
+			return cfg2, yamlErrors(data, &yaml.TypeError{Errors: msgs}, hide), nil
 		}
 	}
-	return cfg, nil
+	return cfg, yamlErrors(data, te, hide), nil
+}
+
+// withoutDuplicateKeys blanks the lines of every repeated key of a block
+// mapping and its value (line numbers stay), so the document decodes.
+// ok is false when there is no repeat, or one in a flow mapping ({a: 1,
+// a: 2}: it shares its line with others).
+func withoutDuplicateKeys(data []byte) ([]byte, bool) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return nil, false
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	blanked, ok := false, true
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			seen := map[string]bool{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if !seen[k.Value] {
+					seen[k.Value] = true
+					continue
+				}
+				if n.Style&yaml.FlowStyle != 0 {
+					ok = false
+					return
+				}
+				for l := k.Line; l <= lastLine(n.Content[i+1]) && l <= len(lines); l++ {
+					lines[l-1] = "\n"
+				}
+				blanked = true
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	if !blanked || !ok {
+		return nil, false
+	}
+	return []byte(strings.Join(lines, "")), true
+}
+
+// lastLine is the last line a node's subtree starts a node on.
+func lastLine(n *yaml.Node) int {
+	l := n.Line
+	for _, c := range n.Content {
+		l = max(l, lastLine(c))
+	}
+	return l
+}
+
+// problemPaths are the fields an error list is about.
+func problemPaths(errs ...error) map[string]bool {
+	out := map[string]bool{}
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, one := range unwrapAll(err) {
+			var fe *units.FieldError
+			if errors.As(one, &fe) {
+				out[fe.Path] = true
+			}
+		}
+	}
+	return out
 }
 
 // Resolve fills the values derived from others (agent id from node,
@@ -135,14 +265,10 @@ func (c Config) Validate() error {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)
 		}
 	}
-	switch c.Log.Format {
-	case "json", "text":
-	default:
+	if !slices.Contains(LogFormats, c.Log.Format) {
 		e.Add("log.format", fmt.Sprintf("%q: unknown", c.Log.Format), "use json or text")
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
+	if !slices.Contains(LogLevels, c.Log.Level) {
 		e.Add("log.level", fmt.Sprintf("%q: unknown", c.Log.Level), "use debug, info, warn or error")
 	}
 	return e.Err()
@@ -197,11 +323,7 @@ var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type`)
 
 // yamlErrors turns yaml.v3's errors ("line 7: cannot unmarshal ...") into
 // FieldErrors with the dotted path of the key on that line.
-func yamlErrors(data []byte, err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return fmt.Errorf("config is not valid YAML: %w", err)
-	}
+func yamlErrors(data []byte, te *yaml.TypeError, hide func(int, string) string) error {
 	paths := yamlpath.ByLine(data)
 	var e units.Errors
 	for _, msg := range te.Errors {
@@ -211,12 +333,20 @@ func yamlErrors(data []byte, err error) error {
 			continue
 		}
 		line, _ := strconv.Atoi(m[1])
-		path, problem := paths[line], m[2]
+		path, problem := paths[line], hide(line, m[2])
 		if path == "" {
 			path = "line " + m[1]
 		}
 		if u := unknownFieldRE.FindStringSubmatch(problem); u != nil {
 			e.Add(path, "unknown key "+u[1], "check the spelling; every key is listed in docs/config.md")
+			continue
+		}
+		if strings.Contains(problem, "unmarshal !!seq") {
+			// a flow sequence shares the key's line: name the key
+			path = strings.TrimSuffix(path, "[0]")
+		}
+		if strings.Contains(problem, "already defined at line") {
+			e.Add(path, problem, "keep one of them; the other checks read the first")
 			continue
 		}
 		if i := strings.LastIndex(problem, "; "); i > 0 {

@@ -1,5 +1,6 @@
-// Package obs builds the process-wide logger and serves Prometheus metrics
-// and health endpoints.
+// Package obs builds the process-wide logger and metrics registry and
+// serves Prometheus metrics, liveness (/healthz), readiness (/readyz) and,
+// when enabled, pprof.
 package obs
 
 import (
@@ -10,11 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -29,25 +29,29 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// NewRegistry returns a registry with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
-// Server serves /metrics and /healthz.
+// Server serves /metrics, /healthz, /readyz and, when enabled, pprof.
 type Server struct {
 	ln  net.Listener
 	srv *http.Server
 }
 
-// Listen binds addr (so a port clash fails at start, not later). Extra
-// handlers (operator actions such as POST /-/refresh) are mounted next to
-// /metrics and answer only connections from the host itself: metrics.listen
-// may be opened to a Prometheus elsewhere, which must not be able to apply
-// a held-back inventory or force Neutron polls.
-func Listen(addr string, reg *prometheus.Registry, extra map[string]http.Handler) (*Server, error) {
+// ServerOptions are what Listen mounts besides /metrics and /healthz.
+type ServerOptions struct {
+	// Ready answers /readyz; nil: /readyz is always ready.
+	Ready *Readiness
+	// Pprof mounts net/http/pprof under /debug/pprof/ (metrics.pprof).
+	Pprof bool
+	// Extra are operator actions (POST /-/refresh, …), same host only.
+	Extra map[string]http.Handler
+}
+
+// Listen binds addr (so a port clash fails at start, not later).
+// /healthz is liveness (the process serves HTTP); /readyz is readiness
+// (opts.Ready). Extra handlers (operator actions such as POST /-/refresh)
+// are mounted next to /metrics and answer only connections from the host
+// itself: metrics.listen may be opened to a Prometheus elsewhere, which
+// must not be able to apply a held-back inventory or force Neutron polls.
+func Listen(addr string, reg *Registry, opts ServerOptions) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen %s: %w (set metrics.listen to a free address, or \"\" to disable)", addr, err)
@@ -55,7 +59,21 @@ func Listen(addr string, reg *prometheus.Registry, extra map[string]http.Handler
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	for path, h := range extra {
+	if opts.Ready != nil {
+		mux.Handle("/readyz", opts.Ready)
+	} else {
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ready\n") })
+	}
+	if opts.Pprof {
+		// Mounted explicitly: net/http/pprof's init registers on
+		// http.DefaultServeMux, which nothing here serves.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	for path, h := range opts.Extra {
 		mux.Handle(path, sameHostOnly(h))
 	}
 	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil

@@ -48,9 +48,9 @@ func TestOperatorActionsSameHostOnly(t *testing.T) {
 // operator actions get the guard (a real listener on loopback answers).
 func TestListenGuardsOnlyExtras(t *testing.T) {
 	called := false
-	srv, err := Listen("127.0.0.1:0", NewRegistry(), map[string]http.Handler{
+	srv, err := Listen("127.0.0.1:0", NewRegistry(), ServerOptions{Extra: map[string]http.Handler{
 		"/-/refresh": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called = true }),
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

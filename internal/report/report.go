@@ -2,12 +2,10 @@ package report
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/schemas"
 )
 
@@ -38,6 +37,10 @@ type Options struct {
 	// Names, when set, adds the names of projects, servers, ports and load
 	// balancers next to their IDs; used by Run.
 	Names *Names
+
+	// Dims, when set, replaces By with these dimensions as given (other
+	// packages' own time buckets: internal/audit); at most 14.
+	Dims []Dimension
 }
 
 // Dimension is a flow.v1 column the report can group by.
@@ -48,6 +51,24 @@ type Dimension struct {
 	// NameField is the output field holding the inventory name of the ID
 	// (with --names), "" when the inventory names no such object.
 	NameField string
+	// Bucket, when set, makes this a time dimension: time_end (UTC) cut
+	// into buckets of this length (day, hour), shown as Layout (or as the
+	// bucket number since the epoch when Layout is empty).
+	Bucket time.Duration
+	Layout string
+	// Time and Offset (time dimensions of Options.Dims only): the
+	// timestamp column bucketed (default time_end), shifted by Offset
+	// first.
+	Time   string
+	Offset time.Duration
+}
+
+// source is the flow.v1 column a dimension reads.
+func (d Dimension) source() string {
+	if d.Bucket > 0 {
+		return cmp.Or(d.Time, "time_end")
+	}
+	return d.Column
 }
 
 // Dimensions are every dimension, in the order --help lists them.
@@ -64,6 +85,8 @@ var Dimensions = []Dimension{
 	{Name: "member", Column: "member_id", NameField: "member_name"},
 	{Name: "node", Column: "node"},
 	{Name: "ifname", Column: "ifname"},
+	{Name: "day", Column: "day", Bucket: 24 * time.Hour, Layout: "2006-01-02"},
+	{Name: "hour", Column: "hour", Bucket: time.Hour, Layout: "2006-01-02T15Z"},
 }
 
 // DefaultBy is the grouping of `tapflow report` without --by.
@@ -137,7 +160,10 @@ func (o *Options) Validate() error {
 	if len(by) == 0 {
 		by = DefaultBy
 	}
-	if _, err := ParseBy(strings.Join(by, ",")); err != nil {
+	if len(o.Dims) > maxDims {
+		return fmt.Errorf("%d dimensions; at most %d", len(o.Dims), maxDims)
+	}
+	if _, err := ParseBy(strings.Join(by, ",")); err != nil && len(o.Dims) == 0 {
 		return err
 	}
 	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
@@ -193,7 +219,20 @@ type Report struct {
 // Run reads every committed file under dataDir/flows and prints the report
 // in opts.Format.
 func Run(w io.Writer, dataDir string, opts Options) error {
-	r, err := Read(dataDir, opts)
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	out, err := dataset.Open(context.Background(), dataDir, dataset.Options{})
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return RunOutput(context.Background(), w, out, opts)
+}
+
+// RunOutput reads every committed file under out's flows/ (a directory or
+// s3://) and prints the report in opts.Format.
+func RunOutput(ctx context.Context, w io.Writer, out *dataset.Output, opts Options) error {
+	r, err := ReadOutput(ctx, out, opts)
 	if err != nil {
 		return err
 	}
@@ -213,45 +252,33 @@ func Read(dataDir string, opts Options) (*Report, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	root := filepath.Join(dataDir, "flows")
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
-		if err == nil {
-			err = errors.New("not a directory")
-		}
-		return nil, fmt.Errorf("report: %s: %w; point --data at the collector output (the directory holding flows/)", root, err)
-	}
-	var files []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if p != root && strings.HasPrefix(name, ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".parquet") {
-			files = append(files, p)
-		}
-		return nil
-	})
+	out, err := dataset.Open(context.Background(), dataDir, dataset.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("report: list %s: %w", root, err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
-	slices.Sort(files)
+	return ReadOutput(context.Background(), out, opts)
+}
+
+// ReadOutput reads every committed flow.v1 file under out's flows/ (a
+// directory or s3://).
+func ReadOutput(ctx context.Context, out *dataset.Output, opts Options) (*Report, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	files, err := out.List(ctx, "flows")
+	if err != nil {
+		return nil, fmt.Errorf("report: %w; point --data at the collector output (the directory or s3://bucket/prefix holding flows/)", err)
+	}
 
 	q := newQuery(opts)
 	parts := make(map[string]*Partition)
 	rep := &Report{By: q.dims, From: opts.From, To: opts.To, Tenant: opts.Tenant, Zone: opts.Zone}
-	for _, p := range files {
-		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		rel = filepath.ToSlash(rel)
+	for _, f := range files {
+		rel := f.Partition()
 		if !inRange(rel, opts) {
 			continue
 		}
-		rows, size, err := q.readFile(p, rep)
+		rows, size, err := q.readFile(ctx, out, f, rep)
 		if err != nil {
 			return nil, err
 		}
@@ -294,7 +321,7 @@ func inRange(dir string, o Options) bool {
 }
 
 // maxDims bounds the group-by key: every dimension at most once.
-const maxDims = 12
+const maxDims = 14
 
 // groupKey holds one value id per dimension (the lb_segment value itself).
 type groupKey [maxDims]uint32
@@ -364,10 +391,16 @@ func newQuery(o Options) *query {
 	}
 	add("packets", true)
 	add("bytes", true)
-	for _, name := range by {
-		d, _ := LookupDimension(name)
+	dims := o.Dims
+	if len(dims) == 0 {
+		for _, name := range by {
+			d, _ := LookupDimension(name)
+			dims = append(dims, d)
+		}
+	}
+	for _, d := range dims {
 		q.dims = append(q.dims, d)
-		q.keyCols = append(q.keyCols, add(d.Column, d.Int))
+		q.keyCols = append(q.keyCols, add(d.source(), d.Int || d.Bucket > 0))
 	}
 	q.bits = uint(64 / max(1, len(q.dims)))
 	for col, v := range map[string]string{"tenant_id": o.Tenant, "zone": o.Zone} {
@@ -411,7 +444,11 @@ func (q *query) rows() []Row {
 		keys := make([]string, len(q.dims))
 		for d, c := range q.keyCols {
 			id := q.keys[i][d]
-			if q.dims[d].Int {
+			if b := q.dims[d].Bucket; b > 0 && q.dims[d].Layout == "" {
+				keys[d] = strconv.FormatUint(uint64(id), 10)
+			} else if b > 0 {
+				keys[d] = time.UnixMicro(int64(id) * b.Microseconds()).UTC().Format(q.dims[d].Layout)
+			} else if q.dims[d].Int {
 				keys[d] = strconv.FormatInt(int64(int32(id)), 10)
 			} else {
 				keys[d] = q.cols[c].values[id]
@@ -440,20 +477,16 @@ func (q *query) rows() []Row {
 
 // readFile adds the rows of one file to the groups, one row group at a
 // time, and returns its row count and size.
-func (q *query) readFile(p string, rep *Report) (rows, size int64, err error) {
-	f, err := os.Open(p)
+func (q *query) readFile(ctx context.Context, out *dataset.Output, file dataset.File, rep *Report) (rows, size int64, err error) {
+	f, err := out.Open(ctx, file)
 	if err != nil {
 		return 0, 0, fmt.Errorf("report: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, 0, fmt.Errorf("report: %w", err)
-	}
 	bad := func(err error) error {
-		return fmt.Errorf("report: read %s: %w; it is not a complete flow.v1 Parquet file (the collector never leaves partial files): move it out of %s", p, err, filepath.Dir(p))
+		return fmt.Errorf("report: read %s: %w; it is not a complete flow.v1 Parquet file (the collector never leaves partial files): move it out of its partition", out.Where(file), err)
 	}
-	pf, err := pq.OpenFile(f, st.Size(), pq.SkipBloomFilters(true), pq.SkipPageIndex(true))
+	pf, err := pq.OpenFile(f, f.Size(), pq.SkipBloomFilters(true), pq.SkipPageIndex(true))
 	if err != nil {
 		return 0, 0, bad(err)
 	}
@@ -495,7 +528,7 @@ func (q *query) readFile(p string, rep *Report) (rows, size int64, err error) {
 	if rows != pf.NumRows() {
 		return rows, 0, bad(fmt.Errorf("read %d rows, footer says %d", rows, pf.NumRows()))
 	}
-	return rows, st.Size(), nil
+	return rows, f.Size(), nil
 }
 
 type overlap int
@@ -536,9 +569,10 @@ const batchRows = 4096
 // chunks, page by page, in lockstep, straight from the decoded page
 // buffers (dictionary indexes, int64 arrays) without parquet.Value.
 type rowGroupReader struct {
-	q      *query
-	leaves []int
-	curs   []cursor
+	q       *query
+	leaves  []int
+	curs    []cursor
+	buckets [][]uint32 // per dimension: the bucket ids of a time dimension
 }
 
 func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err error) {
@@ -582,6 +616,20 @@ func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err 
 			}
 		}
 		for d, c := range q.keyCols {
+			if b := q.dims[d].Bucket.Microseconds(); b > 0 {
+				if r.buckets == nil {
+					r.buckets = make([][]uint32, len(q.dims))
+				}
+				if r.buckets[d] == nil {
+					r.buckets[d] = make([]uint32, batchRows)
+				}
+				off := q.dims[d].Offset.Microseconds()
+				for j, us := range r.curs[c].i64[:want] {
+					r.buckets[d][j] = uint32(max(0, (us+off)/b)) // hours since 1970 fit until the year 491 000
+				}
+				keySrc[d] = r.buckets[d][:want]
+				continue
+			}
 			keySrc[d] = r.curs[c].ids[:want]
 		}
 		packets, bytes := r.curs[colPackets].i64[:want], r.curs[colBytes].i64[:want]

@@ -98,6 +98,10 @@ func dimValue(f *schemas.Flow, dim string) string {
 		return f.Node
 	case "ifname":
 		return f.Ifname
+	case "day":
+		return time.UnixMicro(f.TimeEnd).UTC().Format("2006-01-02")
+	case "hour":
+		return time.UnixMicro(f.TimeEnd).UTC().Format("2006-01-02T15Z")
 	}
 	panic("no dimension " + dim)
 }
@@ -273,7 +277,8 @@ func checkRows(t *testing.T, rep *Report, by []string, want map[string]Row, tota
 
 // TestEveryDimension groups by each dimension alone and by all of them.
 func TestEveryDimension(t *testing.T) {
-	recs := parquettest.Flows(parquettest.Spec{Records: 20000, Start: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), Span: 90 * time.Minute})
+	// 23:00-00:30: two days, two hours (day and hour are dimensions too).
+	recs := parquettest.Flows(parquettest.Spec{Records: 20000, Start: time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC), Span: 90 * time.Minute})
 	dir := writeWithSink(t, recs, 0)
 	var everything []string
 	cases := [][]string{}

@@ -94,7 +94,7 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives the tapflow_parquet_* metrics; nil registers none.
-	Registry *prometheus.Registry
+	Registry prometheus.Registerer
 	// Dedupe turns on the committed-batch ledger (with Schema.Identity):
 	// a batch piece already committed is not written again. It relies on
 	// the transport contract: all records of one Batch carry the same
@@ -137,7 +137,7 @@ type Sink[T any] struct {
 	gid    int    // collector.file_group, or fsx.NoGroup
 	wopts  []pq.WriterOption
 	log    *slog.Logger
-	reg    *prometheus.Registry
+	reg    prometheus.Registerer
 	m      *metrics
 	once   sync.Once
 

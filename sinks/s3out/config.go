@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,11 @@ func (c Config) Validate() error {
 		}
 		if u != nil && u.User != nil {
 			e.Add("endpoint", "has credentials in it", "remove them: credentials come from the AWS environment, profile or credentials_file")
+		}
+		if u != nil && u.Port() != "" {
+			if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+				e.Add("endpoint", fmt.Sprintf("port %s is not 1..65535", u.Port()), "use e.g. http://127.0.0.1:7070")
+			}
 		}
 	}
 	if c.PartSize < 5<<20 || c.PartSize > 5<<30 {

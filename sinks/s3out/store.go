@@ -100,6 +100,11 @@ func (s *Store) String() string { return s.target.String() }
 // Target returns the parsed output.
 func (s *Store) Target() Target { return s.target }
 
+// Client returns the S3 client of the store, built on first use from the
+// config and the AWS credential chain (readers such as tapflow report and
+// audit list and get objects with it).
+func (s *Store) Client(ctx context.Context) (*s3.Client, error) { return s.clientFor(ctx) }
+
 // clientFor builds the client once (reading the credential chain).
 func (s *Store) clientFor(ctx context.Context) (*s3.Client, error) {
 	s.once.Lock()

@@ -325,7 +325,11 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 	}
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(s.m.messages, s.m.corrupt, s.m.rejected, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG)
+		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
+			if err := opts.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("jetstream source %s: register metrics: %w", st.Name, err)
+			}
+		}
 	}
 	s.rejectLog = make(map[string]*transport.RateLog, len(Reasons))
 	for _, r := range Reasons {

@@ -78,8 +78,7 @@ func NewProvider(nc *nats.Conn, o Options) (*Provider, error) {
 		[]string{"result"})
 	p.versionG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_snapshot_version",
 		Help: "Version of the service's snapshot held (0 before the first)."})
-	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tapflow_inventory_age_seconds",
-		Help: "Seconds since the inventory in use was fetched from the cloud (by the service, for provider nats); -1 before the first."}, p.age)
+	age := inventory.AgeGauge(p.age)
 	for _, c := range []prometheus.Collector{p.updatesTotal, p.versionG, age} {
 		if err := o.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("inventory metrics: %w", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -82,6 +83,9 @@ func resolveCreds(cfg Config, getenv func(string) string) (*creds, error) {
 	if c.ao.IdentityEndpoint == "" {
 		return nil, fmt.Errorf("openstack auth: %s has no auth_url; set it (e.g. https://keystone.example:5000/v3)", c.source)
 	}
+	if p := httpURLProblem(c.ao.IdentityEndpoint); p != "" {
+		return nil, fmt.Errorf("openstack auth: %s: auth_url %s; use Keystone's URL, e.g. https://keystone.example:5000/v3", c.source, p)
+	}
 	switch {
 	case c.ao.TokenID != "":
 		c.method = "token"
@@ -111,6 +115,41 @@ func resolveCreds(cfg Config, getenv func(string) string) (*creds, error) {
 		}
 	}
 	return c, nil
+}
+
+// CheckAuth resolves the credentials New would use (noauth, the
+// clouds.yaml entry or the OS_* environment of this process) without
+// contacting anything, so tapflow validate reports a missing entry, a
+// missing credential or a bad auth_url before start-up. Secrets are not
+// in the error.
+func CheckAuth(cfg Config) error {
+	_, err := resolveCreds(cfg, os.Getenv)
+	return err
+}
+
+// httpURLProblem says what is wrong with an http(s) URL ("" when
+// nothing): the URL is quoted without any user:password@ in it.
+func httpURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "does not parse as a URL"
+	}
+	shown := *u
+	shown.User = nil
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("%q: scheme %q, want http or https", shown.String(), u.Scheme)
+	case u.Hostname() == "":
+		return fmt.Sprintf("%q: no host", shown.String())
+	case u.User != nil:
+		return fmt.Sprintf("%q: has credentials in it; they belong in the password or application_credential_secret fields", shown.String())
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("%q: port %s is not 1..65535", shown.String(), p)
+		}
+	}
+	return ""
 }
 
 // authFromEnv reads the OS_* variables python-openstackclient reads:

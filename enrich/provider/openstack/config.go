@@ -2,7 +2,6 @@ package openstack
 
 import (
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/tapflow/tapflow/internal/units"
@@ -108,8 +107,8 @@ func (c Config) Validate() error {
 			if f.v == "" {
 				continue
 			}
-			if u, err := url.Parse(f.v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				e.Add(f.path, fmt.Sprintf("%q is not an http(s) URL", f.v), "use e.g. http://127.0.0.1:9696")
+			if p := httpURLProblem(f.v); p != "" {
+				e.Add(f.path, p, "use an http(s) URL, e.g. http://127.0.0.1:9696")
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package openstack
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/enrich/inventory"
 )
 
 type metrics struct {
@@ -39,8 +41,7 @@ func newMetrics(reg prometheus.Registerer, age func() float64) (*metrics, error)
 			Help: "Load balancers of a non-amphora provider (not re-attributed), by provider, in the last pass."},
 			[]string{"provider"}),
 	}
-	ageG := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tapflow_inventory_age_seconds",
-		Help: "Seconds since the inventory in use was fetched completely; -1 before the first complete pass."}, age)
+	ageG := inventory.AgeGauge(age)
 	for _, c := range []prometheus.Collector{m.errors, m.passes, m.passSeconds, m.objects, m.stale, m.skipped, ageG} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -4,8 +4,10 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the spool's Prometheus series.
 type Metrics struct {
-	Bytes   prometheus.Gauge
-	Entries prometheus.Gauge
+	Bytes prometheus.Gauge
+	// MaxBytes is agent.spool.max_bytes, so "near full" is one ratio.
+	MaxBytes prometheus.Gauge
+	Entries  prometheus.Gauge
 	// OldestAge is the age of the batch at the head of the spool (0 when
 	// empty): how far behind replay is. Set by the replayer.
 	OldestAge     prometheus.Gauge
@@ -28,6 +30,7 @@ var dropReasons = []string{"full", "write_error", "too_large", "corrupt"}
 func newMetrics() *Metrics {
 	m := &Metrics{
 		Bytes:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_bytes", Help: "Bytes of spool segments on disk (bounded by agent.spool.max_bytes)."}),
+		MaxBytes:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_max_bytes", Help: "agent.spool.max_bytes: the most the spool holds; beyond it batches are dropped (reason full)."}),
 		Entries:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_entries", Help: "Batches in the spool waiting to be replayed."}),
 		OldestAge:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_spool_oldest_age_seconds", Help: "Age of the oldest spooled batch (0 when the spool is empty)."}),
 		Appended:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_spool_appended_batches_total", Help: "Batches written to the spool because NATS was unreachable or slow."}),
@@ -47,7 +50,7 @@ func newMetrics() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Bytes, m.Entries, m.OldestAge, m.Appended, m.AppendedBytes, m.Replayed, m.Dropped, m.DroppedRecords, m.TornTails, m.CorruptBytes, m.WriteErrors}
+	return []prometheus.Collector{m.Bytes, m.MaxBytes, m.Entries, m.OldestAge, m.Appended, m.AppendedBytes, m.Replayed, m.Dropped, m.DroppedRecords, m.TornTails, m.CorruptBytes, m.WriteErrors}
 }
 
 func (m *Metrics) register(r prometheus.Registerer) error {

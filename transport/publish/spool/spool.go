@@ -88,6 +88,7 @@ func New(cfg Config, opts Options) (*Spool, error) {
 		log = slog.Default()
 	}
 	s := &Spool{cfg: cfg, log: log.With("component", "spool", "dir", cfg.Dir), m: newMetrics()}
+	s.m.MaxBytes.Set(float64(cfg.MaxBytes))
 	if opts.Registry != nil {
 		if err := s.m.register(opts.Registry); err != nil {
 			return nil, fmt.Errorf("spool: register metrics: %w", err)

@@ -81,13 +81,20 @@ lab-down: build ## Remove every namespace lab left behind (also after a crash).
 test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of make test).
 	$(GO) test -race -count=1 -timeout 15m -v -run 'TestScenarios|TestFailedUpLeavesNothing|TestDownAfterCrash|TestPreflightMissingPackages' ./lab/
 
-bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, eBPF (root).
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/
-	$(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/
-	$(GO) test -run '^$$' -bench 'Fleet|1000Agents' -benchmem -timeout 40m ./enrich/provider/natsinv/
-	$(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/
-	$(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/
-	@if [ "$$(id -u)" = 0 ]; then $(GO) test -run '^$$' -bench . -benchmem ./bpf/...; else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
+# Every benchmark line of make bench is also written to BENCH_OUT; the
+# last step prints the figures of the performance goals from it as one
+# table, each with its baseline from the same run (docs/architecture.md).
+BENCH_OUT ?= bin/bench.txt
+
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, message checks, publish into R1 vs R3, tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, eBPF (root); then one table of the goal figures with their baselines.
+	@mkdir -p $(dir $(BENCH_OUT)) && : > $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/ ./bpf/source/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench 'Fleet|1000Agents' -benchmem -timeout 40m ./enrich/provider/natsinv/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/ | tee -a $(BENCH_OUT)
+	@if [ "$$(id -u)" = 0 ]; then set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./bpf/... | tee -a $(BENCH_OUT); else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
+	@$(GO) run ./internal/testkit/benchtable $(BENCH_OUT)
 
 lint: ## gofmt, go vet and the generated-code check.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }

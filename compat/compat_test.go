@@ -48,15 +48,30 @@ func writeOutput(t *testing.T, recs []schemas.Flow, batch int) string {
 	cfg := parquet.DefaultConfig()
 	cfg.Output, cfg.Writer = dir, "compat"
 	cfg.RollSize = 1 << 20 // several files per partition
-	s, err := parquet.New(cfg, parquet.Options{Node: "compat"})
+	// The collector's path: messages as the agent encodes them, decoded
+	// into schemas.Row and written from their Arrow columns.
+	s, err := parquet.NewFor(cfg, parquet.FlowRowSchema, parquet.Options{Node: "compat"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	in := make(chan *pipeline.Batch, len(recs)/batch+1)
+	enc, err := schemas.NewEncoder(schemas.CodecZstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := schemas.NewDecoderFor(schemas.FlowRows)
+	in := make(chan *pipeline.BatchOf[schemas.Row], len(recs)/batch+1)
 	failed := 0
 	for i := 0; i < len(recs); i += batch {
-		b := pipeline.NewBatch(slices.Clone(recs[i:min(i+batch, len(recs))]), func(err error) {
+		body, err := enc.Encode(nil, recs[i:min(i+batch, len(recs))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := dec.Decode(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := pipeline.NewBatchOf(rows, func(err error) {
 			if err != nil {
 				failed++
 			}

@@ -34,6 +34,9 @@ type Table[T any] struct {
 	cols   []columns.Column
 	encode func([]T) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
+	// parquet, when set, is the Parquet schema (row tables: T is not the
+	// struct the files are laid out by).
+	parquet func() *parquet.Schema
 
 	once   sync.Once
 	schema *arrow.Schema
@@ -58,6 +61,12 @@ func (t *Table[T]) Version() string {
 	return major + "." + strconv.Itoa(t.minor)
 }
 
+// ColumnIndex is the position of the named column in the column table,
+// -1 when there is none.
+func (t *Table[T]) ColumnIndex(name string) int {
+	return slices.IndexFunc(t.cols, func(c columns.Column) bool { return c.Name == name })
+}
+
 // Columns is the column table.
 func (t *Table[T]) Columns() []columns.Column { return t.cols }
 
@@ -79,6 +88,9 @@ func (t *Table[T]) ArrowSchema() *arrow.Schema {
 // ParquetSchema returns the Parquet schema, derived from the generated
 // struct tags (and so from the column table).
 func (t *Table[T]) ParquetSchema() *parquet.Schema {
+	if t.parquet != nil {
+		return t.parquet()
+	}
 	var zero T
 	return parquet.SchemaOf(zero)
 }

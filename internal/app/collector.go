@@ -15,7 +15,7 @@ import (
 // (tapflow run).
 func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error) {
 	log := rt.log.With("process", "collector")
-	src, err := consume.New(rt.js, cfg.Collector.Consumer, consume.Options{
+	src, err := consume.NewRows(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
 	})
 	if err != nil {
@@ -25,12 +25,12 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.New(cfg.Collector.Parquet, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
+	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.FlowRowSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
 		LedgerRefresh: ledgerRefresh(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}
-	flows, err := pipeline.NewRunner(pipeline.Config{
+	flows, err := pipeline.NewRunnerOf(pipeline.Config{
 		Name: "collector", EdgeCapacity: collectorEdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
 	}, src, nil, sink, rt.pm, log)
 	if err != nil {

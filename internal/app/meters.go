@@ -64,8 +64,8 @@ func runWithMeters(ctx context.Context, flows *pipeline.Runner, meters *pipeline
 // collector is consume → Parquet for flows and for meters, and the
 // stream backlog gauges.
 type collector struct {
-	flows   *pipeline.Runner
-	meters  *pipeline.RunnerOf[schemas.Meter]
+	flows   *pipeline.RunnerOf[schemas.Row]
+	meters  *pipeline.RunnerOf[schemas.Row]
 	backlog *transport.BacklogMonitor
 }
 
@@ -84,8 +84,8 @@ func (c *collector) Run(ctx context.Context) error {
 }
 
 // newCollectorMeters builds consume TAPFLOW_METERS → Parquet <output>/meters.
-func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Logger) (*pipeline.RunnerOf[schemas.Meter], error) {
-	src, err := consume.NewMeters(rt.js, cfg.Collector.Consumer, consume.Options{
+func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Logger) (*pipeline.RunnerOf[schemas.Row], error) {
+	src, err := consume.NewMeterRows(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
 	})
 	if err != nil {
@@ -95,12 +95,12 @@ func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.MeterSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
+	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.MeterRowSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
 		LedgerRefresh: ledgerRefresh(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("parquet meter sink: %w", err)
 	}
 	return pipeline.NewRunnerOf(pipeline.Config{
 		Name: "collector-meters", EdgeCapacity: collectorEdgeCapacity, ShutdownTimeout: 2 * cfg.Agent.ShutdownTimeout.D(),
-	}, pipeline.SourceOf[schemas.Meter](src), nil, pipeline.SinkOf[schemas.Meter](sink), rt.pm, log)
+	}, pipeline.SourceOf[schemas.Row](src), nil, pipeline.SinkOf[schemas.Row](sink), rt.pm, log)
 }

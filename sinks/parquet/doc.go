@@ -10,8 +10,8 @@
 // Layout: <output>/<dir>/dt=YYYY-MM-DD/hour=HH/<writer>-<first>-<last>.parquet,
 // partitioned by time_end (UTC). first and last are the lowest and highest
 // Batch.Seq (the JetStream stream sequence) of the batches in the file,
-// zero-padded to 20 digits so names sort. Files are written with parquet-go's
-// GenericWriter[T]: zstd (fastest level by default), dictionary
+// zero-padded to 20 digits so names sort. Files are written with parquet-go
+// (GenericWriter[T], or its column writers for schemas.Row): zstd (fastest level by default), dictionary
 // encoding on low-cardinality strings, delta encoding on times, INT64
 // TIMESTAMP(MICROS) times, row groups of Config.RowGroupRows rows, and
 // key-value metadata tapflow.schema=<schema name>, tapflow.writer and
@@ -36,6 +36,14 @@
 // the sink logs that once, counts it and keeps running, and the source
 // redelivers. Temp files of this writer left by a crash are removed when Run
 // starts.
+//
+// Two record forms: T = a generated record struct (FlowSchema, MeterSchema:
+// GenericWriter[T]), and T = schemas.Row (FlowRowSchema, MeterRowSchema:
+// the collector's path), where every batch is a decoded message kept in
+// its Arrow columns and columns.go writes the values straight into the
+// file's Parquet column writers, no row struct in between; both write the
+// same files. Everything else (hours, dedupe, roll, commit, upload) is the
+// same generic code.
 //
 // Memory: records stream into the open files' row groups as batches
 // arrive, and the sink lets go of a batch's records (Batch.Records = nil)

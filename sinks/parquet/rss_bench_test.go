@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
@@ -29,14 +31,20 @@ const (
 	rssHours    = 8     // every message spans 8 hours: 8 open files
 )
 
-// rssMessagesWire are the wire bodies (Arrow IPC, zstd, as the agent
-// publishes) of 8 distinct messages (≈15 MiB in all, part of the RSS
-// measured), each of rssBatch records spread over rssHours hours in
-// time_end order.
-var rssMessagesWire = sync.OnceValue(func() [][]byte {
+// rssMessagesWire are the wire bodies (Arrow IPC) of 8 distinct
+// messages (≈15 MiB in all with zstd, part of the RSS measured), each of
+// rssBatch records spread over rssHours hours in time_end order, per
+// codec: zstd (the agent's default until lz4 became it; the edge=N
+// history is measured with it) and lz4 (columns-lz4: today's default).
+var rssMessagesWire = map[string]func() [][]byte{
+	schemas.CodecZstd: sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecZstd) }),
+	schemas.CodecLZ4:  sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecLZ4) }),
+}
+
+func encodeRSSMessages(codec string) [][]byte {
 	const distinct = 8
 	all := parquettest.Flows(parquettest.Spec{Records: distinct * rssBatch, Span: rssHours*time.Hour - time.Minute})
-	enc, err := schemas.NewEncoder("zstd")
+	enc, err := schemas.NewEncoder(codec)
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +62,7 @@ var rssMessagesWire = sync.OnceValue(func() [][]byte {
 		}
 	}
 	return out
-})
+}
 
 // rssSource plays the collector's JetStream source: it decodes every
 // message into fresh records (as consume does) and stamps its batch_seq.
@@ -95,6 +103,51 @@ func (s *rssSource) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 	return nil
 }
 
+// rssRowSource is rssSource for the columnar path: messages decoded into
+// schemas.Row (FlowRows), batch_seq stamped in the decoded column.
+type rssRowSource struct {
+	msgs  [][]byte
+	n     int
+	acked *atomic.Int64
+	nacks *atomic.Int64
+}
+
+func (s *rssRowSource) Name() string { return "bench-source" }
+
+func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[schemas.Row]) error {
+	dec := schemas.NewDecoderFor(schemas.FlowRows)
+	col := schemas.FlowRows.ColumnIndex("batch_seq")
+	for i := range s.n {
+		rows, err := dec.Decode(nil, s.msgs[i%len(s.msgs)])
+		if err != nil {
+			return err
+		}
+		seq := int64(i + 1)
+		if len(rows) > 0 {
+			// The body was decompressed (zstd, lz4) into fresh memory:
+			// the column is this message's own.
+			v := rows[0].Chunk().Int64s(col)
+			for j := range v {
+				v[j] = seq
+			}
+		}
+		b := pipeline.NewBatchOf(rows, func(err error) {
+			if err != nil {
+				s.nacks.Add(1)
+			} else {
+				s.acked.Add(1)
+			}
+		})
+		b.Seq = seq
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
 // BenchmarkCollectorRSS runs the collector's flow pipeline (decode →
 // runner edges → Parquet sink with dedupe) at
 // the default sink config over messages of 16,384 records from one agent,
@@ -107,35 +160,67 @@ func (s *rssSource) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 // between source and sink. edge=2 shows what a collector-specific small
 // queue would give (JetStream is the collector's buffer).
 //
+// edge=N is today's record path (messages decoded into schemas.Flow,
+// written with GenericWriter[Flow]), kept as the baseline;
+// columns/edge=N is the collector's path (schemas.Row: Arrow columns
+// written straight into the Parquet column writers, FlowRowSchema), all
+// on zstd messages; columns-lz4/edge=2 is the collector's path on lz4
+// messages, the agent's default wire codec now.
+//
 // Reported: records/s (wall), records/cpu-s (≈ per core), peak-RSS-MiB
-// (VmHWM of the process, reset before each run via /proc/self/clear_refs)
-// and peak-heap-MiB (live heap objects sampled every 10 ms).
+// (VmHWM of the process, reset before each run via /proc/self/clear_refs),
+// peak-heap-MiB (live heap objects sampled every 10 ms) and B/record on
+// disk.
 func BenchmarkCollectorRSS(b *testing.B) {
 	for _, edge := range []int{16, 2} {
-		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge) })
+		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, false, schemas.CodecZstd) })
 	}
+	for _, edge := range []int{16, 2} {
+		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, true, schemas.CodecZstd) })
+	}
+	b.Run("columns-lz4/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecLZ4) })
 }
 
-func benchCollectorRSS(b *testing.B, edge int) {
-	msgs := rssMessagesWire()
+// collectorRun is one pipeline of either path.
+type collectorRun interface {
+	Run(ctx context.Context) error
+}
+
+func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
+	msgs := rssMessagesWire[codec]()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var peakRSS, peakHeap uint64
+	var diskBytes int64
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		dir := b.TempDir()
 		cfg := DefaultConfig()
 		cfg.Output = dir
-		sink, err := New(cfg, Options{Node: "bench", Logger: log, Dedupe: true})
-		if err != nil {
-			b.Fatal(err)
-		}
 		var acked, nacks atomic.Int64
-		src := &rssSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
-		r, err := pipeline.NewRunner(pipeline.Config{Name: "collector", EdgeCapacity: edge, ShutdownTimeout: time.Minute},
-			src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log)
-		if err != nil {
-			b.Fatal(err)
+		pcfg := pipeline.Config{Name: "collector", EdgeCapacity: edge, ShutdownTimeout: time.Minute}
+		var r collectorRun
+		var closeSink func() error
+		if cols {
+			sink, err := NewFor(cfg, FlowRowSchema, Options{Node: "bench", Logger: log, Dedupe: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			closeSink = sink.Close
+			src := &rssRowSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
+			if r, err = pipeline.NewRunnerOf(pcfg, src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			sink, err := New(cfg, Options{Node: "bench", Logger: log, Dedupe: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			closeSink = sink.Close
+			src := &rssSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
+			if r, err = pipeline.NewRunner(pcfg, src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log); err != nil {
+				b.Fatal(err)
+			}
 		}
 		runtime.GC()
 		debug.FreeOSMemory()
@@ -158,7 +243,8 @@ func benchCollectorRSS(b *testing.B, edge int) {
 		if acked.Load() != rssMessages || nacks.Load() != 0 {
 			b.Fatalf("acks: %d ok, %d failed; want %d ok", acked.Load(), nacks.Load(), rssMessages)
 		}
-		_ = sink.Close()
+		diskBytes = dirBytes(dir)
+		_ = closeSink()
 		b.StartTimer()
 	}
 	n := float64(rssMessages * rssBatch * b.N)
@@ -166,6 +252,20 @@ func benchCollectorRSS(b *testing.B, edge int) {
 	b.ReportMetric(n/cpu.Seconds(), "records/cpu-s")
 	b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(diskBytes)/float64(rssMessages*rssBatch), "B/record")
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // resetPeakRSS makes VmHWM restart from the current RSS (Linux ≥ 4.0).

@@ -190,6 +190,24 @@ var MeterStream = Stream[schemas.Meter]{
 	},
 }
 
+// FlowRowStream is TAPFLOW_FLOWS decoded into schemas.Row (the records
+// stay in their Arrow columns): the collector's form, for
+// parquet.FlowRowSchema.
+var FlowRowStream = rowStream(FlowStream, schemas.FlowRows)
+
+// MeterRowStream is TAPFLOW_METERS decoded into schemas.Row.
+var MeterRowStream = rowStream(MeterStream, schemas.MeterRows)
+
+func rowStream[T any](like Stream[T], t *schemas.Table[schemas.Row]) Stream[schemas.Row] {
+	return Stream[schemas.Row]{
+		Name: like.Name, Filter: like.Filter, DLQ: like.DLQ, Suffix: like.Suffix,
+		Decoder: schemas.NewDecoderFor(t),
+		Identity: func(r *schemas.Row) Identity {
+			return Identity{Node: r.Node(), AgentID: r.AgentID(), BatchSeq: r.BatchSeq(), RecordIndex: r.RecordIndex(), TimeEnd: r.TimeEnd()}
+		},
+	}
+}
+
 // Source is a pipeline.Source reading agent flow batches from JetStream.
 type Source = SourceOf[schemas.Flow]
 
@@ -250,6 +268,18 @@ func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
 // NewMeters returns the meter source: NewFor(js, MeterStream, cfg, opts).
 func NewMeters(js jetstream.JetStream, cfg Config, opts Options) (*SourceOf[schemas.Meter], error) {
 	return NewFor(js, MeterStream, cfg, opts)
+}
+
+// NewRows returns the columnar flow source: NewFor(js, FlowRowStream,
+// cfg, opts).
+func NewRows(js jetstream.JetStream, cfg Config, opts Options) (*SourceOf[schemas.Row], error) {
+	return NewFor(js, FlowRowStream, cfg, opts)
+}
+
+// NewMeterRows returns the columnar meter source: NewFor(js,
+// MeterRowStream, cfg, opts).
+func NewMeterRows(js jetstream.JetStream, cfg Config, opts Options) (*SourceOf[schemas.Row], error) {
+	return NewFor(js, MeterRowStream, cfg, opts)
 }
 
 // NewFor validates; it starts nothing. AckWait must already be resolved.

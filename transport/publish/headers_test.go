@@ -117,7 +117,7 @@ func TestMeterMessagesCarryTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := firstMessage(t, s, transport.MetersStream).Headers()
-	if h.Get(transport.HeaderSchema) != "meter.v1" || h.Get(transport.HeaderCodec) != "zstd" || h.Get(transport.HeaderRecords) != "1" ||
+	if h.Get(transport.HeaderSchema) != "meter.v1" || h.Get(transport.HeaderCodec) != transport.DefaultConfig().Codec || h.Get(transport.HeaderRecords) != "1" ||
 		h.Get(transport.HeaderBatchSeq) != strconv.FormatInt(b.Seq, 10) || h.Get(transport.HeaderAgent) != "agent-x" {
 		t.Fatalf("meter headers %v", h)
 	}

@@ -142,7 +142,7 @@ func readStream(t *testing.T, s *transporttest.Server) []streamMsg {
 		}
 		// Replayed batches carry the same contract headers as direct ones.
 		agent := id[:strings.LastIndexByte(id, '-')]
-		if m.Header.Get(transport.HeaderSchema) != "flow.v1" || m.Header.Get(transport.HeaderCodec) != "zstd" ||
+		if m.Header.Get(transport.HeaderSchema) != "flow.v1" || m.Header.Get(transport.HeaderCodec) != transport.DefaultConfig().Codec ||
 			m.Header.Get(transport.HeaderRecords) != strconv.Itoa(len(recs)) || m.Header.Get(transport.HeaderAgent) != agent ||
 			m.Header.Get(transport.HeaderBatchSeq) != strconv.FormatInt(bs, 10) {
 			t.Fatalf("message %s: headers %v", id, m.Header)

@@ -110,8 +110,64 @@ func count(batches [][]schemas.Flow) int {
 
 // BenchmarkPipelineParquet: records → Arrow IPC (zstd) → JetStream
 // (embedded, in-process) → durable consumer → Parquet (zstd), the path of
-// `tapflow run`, in one process.
-func BenchmarkPipelineParquet(b *testing.B) {
+// `tapflow run`, in one process: the collector keeps every message in its
+// Arrow columns (schemas.Row) and writes them straight into the Parquet
+// column writers.
+func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true, "") }
+
+// BenchmarkPipelineParquetRows is the same pipeline with the collector's
+// former record path (messages decoded into schemas.Flow, written by
+// GenericWriter[Flow]), kept as the baseline of the columnar one.
+func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false, "") }
+
+// BenchmarkPipelineCodec is BenchmarkPipelineParquet with each wire codec
+// (nats.codec): agent encode, NATS and collector decode CPU together, and
+// wire-B/record (stream bytes per record, headers included).
+func BenchmarkPipelineCodec(b *testing.B) {
+	for _, c := range schemas.Codecs {
+		b.Run(c, func(b *testing.B) { benchPipelineParquet(b, true, c) })
+	}
+}
+
+// collectorFor builds the collector pipeline of either path.
+func collectorFor(b *testing.B, s *transporttest.Server, out string, cols bool) interface{ Run(context.Context) error } {
+	pcfg := parquet.DefaultConfig()
+	pcfg.Output = out
+	jcfg := consume.DefaultConfig()
+	jcfg.AckWait = units.Duration(10 * time.Minute)
+	opts := parquet.Options{Node: "bench", Logger: quiet, Registry: prometheus.NewRegistry()}
+	copts := consume.Options{Drain: true, Logger: quiet}
+	if cols {
+		sink, err := parquet.NewFor(pcfg, parquet.FlowRowSchema, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		src, err := consume.NewRows(s.JS, jcfg, copts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		coll, err := pipeline.NewRunnerOf(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return coll
+	}
+	sink, err := parquet.New(pcfg, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := consume.New(s.JS, jcfg, copts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	coll, err := pipeline.NewRunner(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return coll
+}
+
+func benchPipelineParquet(b *testing.B, cols bool, codec string) {
 	batches := records(b)
 	n := count(batches)
 	s := transporttest.Run(b, "")
@@ -119,24 +175,16 @@ func BenchmarkPipelineParquet(b *testing.B) {
 	var disk int64
 	for i := 0; b.Loop(); i++ {
 		out := b.TempDir()
-		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
+		ncfg := transport.DefaultConfig()
+		if codec != "" {
+			ncfg.Codec = codec
 		}
-		pcfg := parquet.DefaultConfig()
-		pcfg.Output = out
-		sink, err := parquet.New(pcfg, parquet.Options{Node: "bench", Logger: quiet, Registry: prometheus.NewRegistry()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		jcfg := consume.DefaultConfig()
-		jcfg.AckWait = units.Duration(10 * time.Minute)
-		src, err := consume.New(s.JS, jcfg, consume.Options{Drain: true, Logger: quiet})
+		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: ncfg, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
 		agent, _ := pipeline.NewRunner(pipeline.Config{Name: "agent"}, &replay{batches}, nil, pub, nil, quiet)
-		coll, _ := pipeline.NewRunner(pipeline.Config{Name: "collector"}, src, nil, sink, nil, quiet)
+		coll := collectorFor(b, s, out, cols)
 
 		startWall, startCPU := time.Now(), cpuTime()
 		aCtx, aStop := context.WithCancel(context.Background())
@@ -167,6 +215,27 @@ func BenchmarkPipelineParquet(b *testing.B) {
 		_ = st.Purge(context.Background())
 	}
 	report(b, n, wall, cpu, disk)
+	if codec != "" {
+		b.ReportMetric(wireBytes(b, batches, codec)/float64(n), "wire-B/record")
+	}
+}
+
+// wireBytes is what the message bodies of batches weigh with codec (the
+// stream's retention drops acked messages, so it is computed, not read).
+func wireBytes(b *testing.B, batches [][]schemas.Flow, codec string) float64 {
+	enc, err := schemas.NewEncoder(codec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int
+	for _, recs := range batches {
+		body, err := enc.Encode(nil, recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += len(body)
+	}
+	return float64(n)
 }
 
 // pubDone reports whether the stream has received n records' worth of

@@ -320,6 +320,7 @@ func (c Config) AgentStateDir() string { return filepath.Join(c.DataDir, "agent"
 
 var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type`)
+var seqIndexRE = regexp.MustCompile(`\[\d+\]$`)
 
 // yamlErrors turns yaml.v3's errors ("line 7: cannot unmarshal ...") into
 // FieldErrors with the dotted path of the key on that line.
@@ -343,7 +344,7 @@ func yamlErrors(data []byte, te *yaml.TypeError, hide func(int, string) string) 
 		}
 		if strings.Contains(problem, "unmarshal !!seq") {
 			// a flow sequence shares the key's line: name the key
-			path = strings.TrimSuffix(path, "[0]")
+			path = seqIndexRE.ReplaceAllString(path, "")
 		}
 		if strings.Contains(problem, "already defined at line") {
 			e.Add(path, problem, "keep one of them; the other checks read the first")

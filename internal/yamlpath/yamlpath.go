@@ -46,11 +46,14 @@ func Lines(data []byte) map[string]int {
 }
 
 // ByLine inverts Lines: the deepest path starting on each line (a key and
-// its scalar value share a line; a flow sequence's elements share one).
+// its scalar value share a line; a flow sequence's elements share one: then
+// the first of them).
 func ByLine(data []byte) map[int]string {
 	out := map[int]string{}
 	for p, l := range Lines(data) {
-		if cur, ok := out[l]; !ok || len(p) > len(cur) {
+		// Equal depth (a flow sequence's elements): the smallest path, so
+		// the answer does not depend on map order.
+		if cur, ok := out[l]; !ok || len(p) > len(cur) || (len(p) == len(cur) && p < cur) {
 			out[l] = p
 		}
 	}

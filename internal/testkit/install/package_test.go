@@ -305,10 +305,30 @@ ports:
 			vm.Name, tenant, vm.MAC.String(), vm.Name, vm.IP)
 		servers += fmt.Sprintf("  - {id: server-%s, name: %s, tenant_id: %s}\n", vm.Name, vm.Name, tenant)
 	}
+	// The agent pins its kernel state (capture.pin_dir). As the unit's
+	// ExecStartPre does, root prepares a directory on a bpffs owned by
+	// tapflow, here on a private bpffs instance so the host's /sys/fs/bpf
+	// (not even mounted on a CI container) is never touched.
+	mnt := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(mnt, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", mnt, "bpf", 0, "mode=0711"); err != nil {
+		t.Fatalf("mount a private bpffs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	pin := filepath.Join(mnt, "tapflow")
+	if err := os.Mkdir(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(pin, uid, gid); err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`node: %s
 data_dir: %s
 source: ebpf
 capture:
+  pin_dir: %s
   interfaces: [%q]
   memory_budget: 8MiB
   max_interfaces: 8
@@ -326,7 +346,7 @@ metrics:
   listen: ""
 log:
   format: text
-`, node, filepath.Join(dir, "data"), glob, filepath.Join(dir, "inventory.yaml"), natsURL)
+`, node, filepath.Join(dir, "data"), pin, glob, filepath.Join(dir, "inventory.yaml"), natsURL)
 	for name, body := range map[string]string{"inventory.yaml": inv + servers, "tapflow.yaml": cfg} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o640); err != nil {

@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/publish"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 var zones = []string{"same_tenant", "other_tenant", "shared", "external", "infra", "multicast", "miss"}

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestReplayFromStartTime backs docs/subscribers.md: an ordered consumer

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // syncBuf is a log sink safe for concurrent writes.

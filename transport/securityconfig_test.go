@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestValidateSecurity: every bad nats security setting is reported with

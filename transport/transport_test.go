@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestEnsureStreams runs EnsureStreams a second time on a real embedded

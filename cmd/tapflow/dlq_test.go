@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -21,7 +22,6 @@ import (
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/dlq"
 	"github.com/tapflow/tapflow/transport/publish"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 var quietLog = slog.New(slog.DiscardHandler)

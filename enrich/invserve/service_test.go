@@ -16,7 +16,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
-	"github.com/tapflow/tapflow/transport/transporttest"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 )
 
 const wait = 30 * time.Second

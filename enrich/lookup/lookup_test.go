@@ -15,10 +15,10 @@ import (
 
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/enrich/lookup"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {

@@ -21,9 +21,9 @@ import (
 	"github.com/tapflow/tapflow/internal/audit"
 	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 const (

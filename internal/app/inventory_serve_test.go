@@ -14,9 +14,9 @@ import (
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/synthetic"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestAgentAttributesFromInventoryServe: `tapflow inventory serve` reads

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/transport"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // fleet is the PKI and role users of a secured bus (docs/security.md).

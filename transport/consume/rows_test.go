@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport/consume"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestRowsSourceExactCounts: the collector's columnar source (NewRows)

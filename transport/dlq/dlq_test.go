@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/dlq"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 func TestSubjectMatch(t *testing.T) {

@@ -12,12 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/publish"
 	"github.com/tapflow/tapflow/transport/publish/spool"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestForgedMsgIDDoesNotDropABatch: another publisher sends the agent's

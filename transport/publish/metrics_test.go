@@ -5,10 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/publish"
 	"github.com/tapflow/tapflow/transport/publish/spool"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 // TestLossCountersExistAtZero: right after construction (nothing run,

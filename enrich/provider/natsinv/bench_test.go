@@ -23,7 +23,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/snapshot"
-	"github.com/tapflow/tapflow/transport/transporttest"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 )
 
 // The fleet cloud of issue 13: 100,500 ports, 10,000 routers, 50,000

@@ -22,10 +22,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
-	"github.com/tapflow/tapflow/transport/transporttest"
 )
 
 const (

@@ -100,7 +100,7 @@ func (l *Lab) attachCounts(ns string) map[*Pipeline]map[string]int {
 			continue
 		}
 		n := map[string]int{}
-		for _, e := range readLog(p.logPath) {
+		for _, e := range ReadLog(p.logPath) {
 			if e.Msg == "attached" {
 				n[e.Ifname]++
 			}
@@ -218,7 +218,7 @@ func (l *Lab) swapCounts() map[*Pipeline]int {
 	out := map[*Pipeline]int{}
 	for _, p := range pipes {
 		n := 0
-		for _, e := range readLog(p.logPath) {
+		for _, e := range ReadLog(p.logPath) {
 			if e.Msg == "attribution snapshot swapped" {
 				n++
 			}

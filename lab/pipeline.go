@@ -168,7 +168,7 @@ func (p *Pipeline) start(ctx context.Context, extra ...string) error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	defer logf.Close()
-	skip := len(readLog(p.logPath)) // entries of earlier processes
+	skip := len(ReadLog(p.logPath)) // entries of earlier processes
 	argv := p.command.argv(append([]string{"run", "--config", p.cfgPath}, extra...)...)
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
@@ -193,7 +193,7 @@ func (p *Pipeline) start(ctx context.Context, extra ...string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got := map[string]bool{}
-		es := readLog(p.logPath)
+		es := ReadLog(p.logPath)
 		if len(es) < skip {
 			skip = len(es)
 		}
@@ -288,31 +288,34 @@ func (p *Pipeline) DataDir() string { return p.dataDir }
 // LogPath is tapflow's JSON log.
 func (p *Pipeline) LogPath() string { return p.logPath }
 
-// logEntry is the part of tapflow's JSON log lines the lab reads.
-type logEntry struct {
-	Level         string `json:"level"`
-	Msg           string `json:"msg"`
-	Ifname        string `json:"ifname"`
-	Direction     string `json:"direction"`
-	Packets       int64  `json:"packets"`
-	Bytes         int64  `json:"bytes"`
-	LostPackets   int64  `json:"lost_packets"`
-	LostBytes     int64  `json:"lost_bytes"`
-	FailedUpdates int64  `json:"failed_updates"`
-	Err           string `json:"err"`
+// LogEntry is the part of tapflow's JSON log lines the lab reads.
+type LogEntry struct {
+	Time          time.Time `json:"time"`
+	Level         string    `json:"level"`
+	Msg           string    `json:"msg"`
+	Ifname        string    `json:"ifname"`
+	Direction     string    `json:"direction"`
+	Packets       int64     `json:"packets"`
+	Bytes         int64     `json:"bytes"`
+	LostPackets   int64     `json:"lost_packets"`
+	LostBytes     int64     `json:"lost_bytes"`
+	FailedUpdates int64     `json:"failed_updates"`
+	Err           string    `json:"err"`
 }
 
-func readLog(path string) []logEntry {
+// ReadLog parses tapflow's JSON log at path, skipping lines that are not
+// JSON (a missing file reads as no entries: the process has not logged yet).
+func ReadLog(path string) []LogEntry {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []logEntry
+	var out []LogEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var e logEntry
+		var e LogEntry
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}
@@ -328,7 +331,7 @@ func logTail(path string, n int) string {
 // Problems lists the WARN and ERROR lines of the log.
 func (p *Pipeline) Problems() []string {
 	var out []string
-	for _, e := range readLog(p.logPath) {
+	for _, e := range ReadLog(p.logPath) {
 		if e.Level == "WARN" || e.Level == "ERROR" {
 			s := e.Level + " " + e.Msg
 			if e.Err != "" {

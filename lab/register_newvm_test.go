@@ -337,32 +337,9 @@ func startHelper(t *testing.T, c lab.Command, logPath string, args ...string) (*
 	return cmd, done
 }
 
-type jsonLog struct {
-	Time time.Time `json:"time"`
-	Msg  string    `json:"msg"`
-}
-
-func readJSONLog(path string) []jsonLog {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []jsonLog
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e jsonLog
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // firstLog is when msg was first logged at or after since (zero: never).
 func firstLog(path, msg string, since time.Time) time.Time {
-	for _, e := range readJSONLog(path) {
+	for _, e := range lab.ReadLog(path) {
 		if e.Msg == msg && !e.Time.Before(since) {
 			return e.Time
 		}

@@ -97,7 +97,7 @@ func MetersFromRecords(recs []schemas.Meter) map[[2]string]*Meter {
 // released: at shutdown, or when it vanished).
 func ReadMeters(logPath string) map[[2]string]*Meter {
 	out := map[[2]string]*Meter{}
-	for _, e := range readLog(logPath) {
+	for _, e := range ReadLog(logPath) {
 		if e.Msg != "interface meter totals" {
 			continue
 		}

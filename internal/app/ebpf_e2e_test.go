@@ -350,22 +350,8 @@ func runLabTraffic(t *testing.T, a, b *nslab.VM) map[tapDir]int64 {
 // project, network and subnet and a Nova port and server per VM.
 func writeLabInventory(t *testing.T, dir string, vms ...*nslab.VM) string {
 	t.Helper()
-	inv := fmt.Sprintf(`projects:
-  - {id: %[1]s, name: lab}
-networks:
-  - {id: net-lab, name: lab, project_id: %[1]s, shared: false, "router:external": false}
-subnets:
-  - {id: subnet-lab, network_id: net-lab, cidr: 10.213.7.0/24, gateway_ip: null, ip_version: 4}
-ports:
-`, e2eTenant)
-	servers := "servers:\n"
-	for _, vm := range vms {
-		inv += fmt.Sprintf("  - {id: port-%s, network_id: net-lab, project_id: %s, mac_address: %q, device_owner: \"compute:nova\", device_id: server-%s, fixed_ips: [{subnet_id: subnet-lab, ip_address: %s}]}\n",
-			vm.Name, e2eTenant, vm.MAC.String(), vm.Name, vm.IP)
-		servers += fmt.Sprintf("  - {id: server-%s, name: %s, tenant_id: %s}\n", vm.Name, vm.Name, e2eTenant)
-	}
 	p := filepath.Join(dir, "inventory.yaml")
-	if err := os.WriteFile(p, []byte(inv+servers), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(nslab.Inventory(e2eTenant, vms...)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p

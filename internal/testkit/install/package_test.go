@@ -291,20 +291,6 @@ func agentDir(t *testing.T, uid, gid int) string {
 
 func writeConfig(t *testing.T, dir string, uid, gid int, node, glob, natsURL string, vms ...*nslab.VM) string {
 	t.Helper()
-	inv := fmt.Sprintf(`projects:
-  - {id: %[1]s, name: lab}
-networks:
-  - {id: net-lab, name: lab, project_id: %[1]s, shared: false, "router:external": false}
-subnets:
-  - {id: subnet-lab, network_id: net-lab, cidr: 10.213.7.0/24, gateway_ip: null, ip_version: 4}
-ports:
-`, tenant)
-	servers := "servers:\n"
-	for _, vm := range vms {
-		inv += fmt.Sprintf("  - {id: port-%s, network_id: net-lab, project_id: %s, mac_address: %q, device_owner: \"compute:nova\", device_id: server-%s, fixed_ips: [{subnet_id: subnet-lab, ip_address: %s}]}\n",
-			vm.Name, tenant, vm.MAC.String(), vm.Name, vm.IP)
-		servers += fmt.Sprintf("  - {id: server-%s, name: %s, tenant_id: %s}\n", vm.Name, vm.Name, tenant)
-	}
 	// The agent pins its kernel state (capture.pin_dir). As the unit's
 	// ExecStartPre does, root prepares a directory on a bpffs owned by
 	// tapflow, here on a private bpffs instance so the host's /sys/fs/bpf
@@ -347,7 +333,7 @@ metrics:
 log:
   format: text
 `, node, filepath.Join(dir, "data"), pin, glob, filepath.Join(dir, "inventory.yaml"), natsURL)
-	for name, body := range map[string]string{"inventory.yaml": inv + servers, "tapflow.yaml": cfg} {
+	for name, body := range map[string]string{"inventory.yaml": nslab.Inventory(tenant, vms...), "tapflow.yaml": cfg} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o640); err != nil {
 			t.Fatal(err)

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/transport"
 )
 
@@ -98,6 +101,23 @@ func group(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
 // signalContext ends at SIGINT/SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// loadRun is the start of a command that logs and runs until stopped: it
+// loads the config, makes the logger the config asks for and a context
+// that ends at SIGINT/SIGTERM or, when duration > 0, after duration.
+// stop releases the context.
+func (f *cfgFlags) loadRun(cmd *cobra.Command, duration time.Duration) (ctx context.Context, cfg config.Config, log *slog.Logger, stop func(), err error) {
+	if cfg, err = f.load(); err != nil {
+		return nil, cfg, nil, nil, err
+	}
+	log = obs.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
+	ctx, stopSignals := signalContext()
+	if duration <= 0 {
+		return ctx, cfg, log, stopSignals, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, duration)
+	return ctx, cfg, log, func() { cancel(); stopSignals() }, nil
 }
 
 // cfgFlags is the --config family shared by the commands that read the

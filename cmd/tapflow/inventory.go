@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/app"
-	"github.com/tapflow/tapflow/internal/obs"
 )
 
 func init() { register(newInventoryCmd) }
@@ -26,13 +24,29 @@ of the cloud (docs/inventory.md).`,
 	}, newInventoryDumpCmd(), newInventoryConfirmCmd(), newInventoryServeCmd())
 }
 
-func newInventoryServeCmd() *cobra.Command {
-	cf := cfgFlags{required: true}
-	var duration time.Duration
+// inventoryCmd is an inventory subcommand: --config FILE (configUsage
+// says what of it the command reads) is required, run gets the command
+// and its flags once they are parsed.
+func inventoryCmd(use, short, long, configUsage string, cf *cfgFlags, run func(cmd *cobra.Command) error) *cobra.Command {
+	cf.required = true
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE",
-		Short: "metadata service: read the cloud once, publish snapshots to NATS",
-		Long: `The metadata service: one poller per cloud. Reads the cloud through
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return run(cmd) },
+	}
+	cf.bindConfig(cmd.Flags(), configUsage)
+	return cmd
+}
+
+func newInventoryServeCmd() *cobra.Command {
+	var (
+		cf       cfgFlags
+		duration time.Duration
+	)
+	cmd := inventoryCmd("serve --config FILE", "metadata service: read the cloud once, publish snapshots to NATS",
+		`The metadata service: one poller per cloud. Reads the cloud through
 inventory.provider (openstack: every inventory.refresh; file: on change),
 holds back an inventory that lost more than inventory.max_drop_fraction of
 the ports, and publishes each new one as a versioned snapshot to NATS
@@ -40,24 +54,15 @@ JetStream (Object Store TAPFLOW_INVENTORY). Agents with
 inventory.provider: nats need NATS credentials only. Run several for high
 availability: one holds the lease (inventory.serve.lease) and publishes,
 the others stand by. docs/inventory-service.md.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := cf.load()
+		"read the config from `FILE`: inventory.* chooses the provider (openstack or file), nats.* the bus (required)",
+		&cf, func(cmd *cobra.Command) error {
+			ctx, cfg, log, stop, err := cf.loadRun(cmd, duration)
 			if err != nil {
 				return err
 			}
-			log := obs.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
-			ctx, stop := signalContext()
 			defer stop()
-			if duration > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, duration)
-				defer cancel()
-			}
 			return app.RunInventoryServe(ctx, cfg, log)
-		},
-	}
-	cf.bindConfig(cmd.Flags(), "read the config from `FILE`: inventory.* chooses the provider (openstack or file), nats.* the bus (required)")
+		})
 	cf.bindObs(cmd.Flags(), true)
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0 = until SIGINT/SIGTERM)")
 	return cmd
@@ -66,17 +71,15 @@ the others stand by. docs/inventory-service.md.`,
 // newInventoryConfirmCmd asks the running process on this host (its
 // metrics endpoint, loopback by default) to apply a held inventory.
 func newInventoryConfirmCmd() *cobra.Command {
-	cf := cfgFlags{required: true}
-	cmd := &cobra.Command{
-		Use:   "confirm --config FILE",
-		Short: "apply an inventory the drop guard holds back",
-		Long: `An inventory that lost more than inventory.max_drop_fraction of the ports is
+	var cf cfgFlags
+	return inventoryCmd("confirm --config FILE", "apply an inventory the drop guard holds back",
+		`An inventory that lost more than inventory.max_drop_fraction of the ports is
 held back (tapflow_inventory_held is 1, the log says why) until
 inventory.drop_confirm_reads reads show the same drop. When the cloud really
 shrank, this applies it now: it POSTs /-/inventory/confirm to the process
 whose metrics.listen the config names.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		"the config `FILE` of the running agent (its metrics.listen is asked; required)",
+		&cf, func(cmd *cobra.Command) error {
 			cfg, err := cf.load()
 			if err != nil {
 				return err
@@ -96,29 +99,22 @@ whose metrics.listen the config names.`,
 			}
 			_, err = cmd.OutOrStdout().Write(body)
 			return err
-		},
-	}
-	cf.bindConfig(cmd.Flags(), "the config `FILE` of the running agent (its metrics.listen is asked; required)")
-	return cmd
+		})
 }
 
 func newInventoryDumpCmd() *cobra.Command {
-	cf := cfgFlags{required: true}
-	cmd := &cobra.Command{
-		Use:   "dump --config FILE",
-		Short: "print what the provider sees, in the file format",
-		Long: `Print the inventory the configured provider sees (inventory.provider: openstack
+	var cf cfgFlags
+	cmd := inventoryCmd("dump --config FILE", "print what the provider sees, in the file format",
+		`Print the inventory the configured provider sees (inventory.provider: openstack
 reads Keystone, Neutron, Nova and Octavia once; file re-reads the file) in the
 static inventory file format (docs/inventory.md), so it can be inspected or
 replayed with inventory.provider: file. Secrets are never printed.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := cf.load()
+		"the config `FILE` whose inventory section names the provider (required)",
+		&cf, func(cmd *cobra.Command) error {
+			ctx, cfg, log, stop, err := cf.loadRun(cmd, 0)
 			if err != nil {
 				return err
 			}
-			log := obs.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
-			ctx, stop := signalContext()
 			defer stop()
 			switch cfg.Inventory.Provider {
 			case "openstack":
@@ -131,9 +127,7 @@ replayed with inventory.provider: file. Secrets are never printed.`,
 				return openstack.WriteInventory(cmd.OutOrStdout(), inv)
 			}
 			return fmt.Errorf("inventory.provider %q cannot be dumped", cfg.Inventory.Provider)
-		},
-	}
-	cf.bindConfig(cmd.Flags(), "the config `FILE` whose inventory section names the provider (required)")
+		})
 	cf.bindObs(cmd.Flags(), false)
 	return cmd
 }

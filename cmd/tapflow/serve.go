@@ -9,7 +9,6 @@ import (
 
 	"github.com/tapflow/tapflow/internal/app"
 	"github.com/tapflow/tapflow/internal/config"
-	"github.com/tapflow/tapflow/internal/obs"
 )
 
 func init() {
@@ -51,20 +50,13 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 			Long:  long,
 			Args:  noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				cfg, err := cf.load()
+				ctx, cfg, log, stop, err := cf.loadRun(cmd, duration)
 				if err != nil {
 					return err
 				}
+				defer stop()
 				if detach {
 					cfg.Capture.Detach = true
-				}
-				log := obs.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
-				ctx, stop := signalContext()
-				defer stop()
-				if duration > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, duration)
-					defer cancel()
 				}
 				if err := runFn(ctx, cfg, log); err != nil {
 					log.Error("tapflow "+name+" failed", "err", err)

@@ -32,8 +32,8 @@ import (
 // cost is one pass over the MACs and the flattened tables (no lookups per
 // address): O(MACs + intervals).
 func (s *Snapshot) Changed(prev *Snapshot, nowUS int64) string {
-	if prev == nil {
-		return ""
+	if prev == nil || (len(prev.macs) == 0 && len(prev.vlans) == 0) {
+		return "" // prev knows no VM: every record was unknown (late binding)
 	}
 	pd, sd := domainKeys(prev), domainKeys(s)
 	for _, mac := range slices.Sorted(maps.Keys(prev.macs)) {

@@ -65,6 +65,9 @@ func (s *Snapshot) Changed(prev *Snapshot, nowUS int64) string {
 		}
 	}
 	for tap, mac := range prev.taps {
+		if _, ok := prev.lookupMAC(mac, nowUS); !ok {
+			continue // the tap's port is an expired ghost: it names no VM in prev
+		}
 		if m, ok := s.taps[tap]; !ok || m != mac {
 			return fmt.Sprintf("tap %s: names another port", tap)
 		}

@@ -69,7 +69,7 @@ func (e *Engine) noteApplied() {
 
 // barrier runs before a swap from prev (loadMu held). why is the change
 // snapshot.Changed found; "" skips the barrier.
-func (e *Engine) barrier(why string, version int64) {
+func (e *Engine) barrier(parent context.Context, why string, version int64) {
 	if e.exporter == nil {
 		return
 	}
@@ -78,7 +78,9 @@ func (e *Engine) barrier(why string, version int64) {
 		return
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), e.barrierTimeout)
+	// A stopping reload loop (parent done) ends the wait at once,
+	// counted as a timeout: the agent's stop never waits for it.
+	ctx, cancel := context.WithTimeout(parent, e.barrierTimeout)
 	defer cancel()
 	result, err := e.exportAndWait(ctx)
 	e.m.barriers.WithLabelValues(result).Inc()

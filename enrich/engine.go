@@ -178,12 +178,12 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	if changed {
 		e.lastInv = inv
-		e.rebuild()
+		e.rebuild(ctx)
 		return nil
 	}
 	// nothing changed: rebuild only to let expired ghosts go
 	if s := e.snap.Load(); e.lastInv != nil && s.Stats().Ghosts > 0 && e.now().Sub(s.Built()) > e.cfg.GhostGrace.D() {
-		e.rebuild()
+		e.rebuild(ctx)
 	}
 	return nil
 }
@@ -242,12 +242,13 @@ func (e *Engine) ConfirmDrop() bool {
 	e.m.confirmed.WithLabelValues("operator").Inc()
 	e.log.Warn("held inventory confirmed by the operator; applying it", "ports", len(inv.Ports))
 	e.lastInv = inv
-	e.rebuild()
+	e.rebuild(context.Background())
 	return true
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.
-func (e *Engine) rebuild() {
+// ctx ends a swap barrier early (the reload loop stopping).
+func (e *Engine) rebuild(ctx context.Context) {
 	start, took := e.now(), time.Now()
 	prev := e.snap.Load()
 	e.version++
@@ -255,7 +256,7 @@ func (e *Engine) rebuild() {
 	built := time.Since(took)
 	if e.exporter != nil {
 		// Records of traffic before the swap are attributed against prev.
-		e.barrier(s.Changed(prev, start.UnixMicro()), s.Version())
+		e.barrier(ctx, s.Changed(prev, start.UnixMicro()), s.Version())
 	}
 	e.snap.Store(s)
 	st := s.Stats()

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 )
 
@@ -36,8 +35,7 @@ func (s *Snapshot) Changed(prev *Snapshot, nowUS int64) string {
 		return "" // prev knows no VM: every record was unknown (late binding)
 	}
 	pd, sd := domainKeys(prev), domainKeys(s)
-	for _, mac := range slices.Sorted(maps.Keys(prev.macs)) {
-		pe := prev.macs[mac]
+	for mac, pe := range prev.macs {
 		ne, ok := s.macs[mac]
 		if pe.label >= 0 && (!ok || ne.label < 0 || prev.labels[pe.label] != s.labels[ne.label]) {
 			return fmt.Sprintf("router MAC %s: exit label changed", FormatMAC(mac))

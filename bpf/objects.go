@@ -73,9 +73,16 @@ const (
 	EndIdleTimeout   EndReason = 4
 	EndOverflow      EndReason = 5
 	EndShutdown      EndReason = 6
+	// EndInventoryChange is userspace's alone: the export of every live
+	// flow before an attribution-changing inventory swap (capture's
+	// ExportLive) hands it to the sweep program in sweep_args.reason, which
+	// the kernel copies into the records and the claimed entries' dead flag
+	// (so racing packets drain with it too). It is deliberately not in
+	// flow.h: the ABI hash of the pinned state stays the same.
+	EndInventoryChange EndReason = 7
 )
 
-var endReasonNames = [...]string{"", "fin", "rst", "active_timeout", "idle_timeout", "overflow", "shutdown"}
+var endReasonNames = [...]string{"", "fin", "rst", "active_timeout", "idle_timeout", "overflow", "shutdown", "inventory_change"}
 
 func (r EndReason) String() string {
 	if int(r) < len(endReasonNames) && r != 0 {
@@ -86,7 +93,7 @@ func (r EndReason) String() string {
 
 // EndReasons lists every reason a record can carry, for zero-seeding metrics.
 func EndReasons() []EndReason {
-	return []EndReason{EndFIN, EndRST, EndActiveTimeout, EndIdleTimeout, EndOverflow, EndShutdown}
+	return []EndReason{EndFIN, EndRST, EndActiveTimeout, EndIdleTimeout, EndOverflow, EndShutdown, EndInventoryChange}
 }
 
 // ifSlotArrayMax mirrors IFSLOT_ARRAY_MAX: ifindexes below it use the array.

@@ -18,6 +18,11 @@ type Config struct {
 	LateBinding LateBindingConfig `yaml:"late_binding"`
 	// MaxRouteHops bounds the extraroute next-hop trace.
 	MaxRouteHops int `yaml:"max_route_hops"`
+	// SwapBarrier bounds the swap barrier (WithExporter: the agent on
+	// source ebpf): before an attribution-changing snapshot is swapped in,
+	// the live flows are exported and attributed against the old one,
+	// for at most this long. 0 turns the barrier off.
+	SwapBarrier units.Duration `yaml:"swap_barrier"`
 }
 
 // InventoryConfig chooses and configures the inventory provider.
@@ -102,6 +107,7 @@ func DefaultConfig() Config {
 		GhostGrace:   units.Duration(60 * time.Second),
 		LateBinding:  LateBindingConfig{MaxRecords: 10000, Window: units.Duration(60 * time.Second)},
 		MaxRouteHops: 16,
+		SwapBarrier:  units.Duration(DefaultBarrierTimeout),
 	}
 }
 
@@ -148,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.LateBinding.MaxRecords > 0 && c.LateBinding.Window.D() <= 0 {
 		e.Add("late_binding.window", "must be positive when late binding is on", "use e.g. 60s")
+	}
+	if d := c.SwapBarrier.D(); d < 0 || d > 10*time.Minute {
+		e.Add("swap_barrier", fmt.Sprintf("%s is out of range", c.SwapBarrier), "use 0 (off) .. 10m, e.g. 30s")
 	}
 	if c.MaxRouteHops < 1 {
 		e.Add("max_route_hops", fmt.Sprintf("%d is below 1", c.MaxRouteHops), "use e.g. 16")

@@ -74,6 +74,12 @@ type Engine struct {
 	kick chan struct{} // Refresh -> Run
 
 	onUnknown func(vmMAC string) // WithUnknownVM
+
+	// Swap barrier (WithExporter, barrier.go).
+	exporter       Exporter
+	barrierTimeout time.Duration
+	applied        atomic.Uint64 // batches Apply finished
+	appliedSig     chan struct{}
 }
 
 type heldRecord struct {
@@ -101,7 +107,7 @@ func WithClock(now func() time.Time) Option { return func(e *Engine) { e.now = n
 // and starts nothing: until Load or Run loads an inventory the Engine
 // attributes against an empty snapshot (version 0, everything unknown).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Engine, error) {
-	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}, kick: make(chan struct{}, 1),
+	e := &Engine{cfg: cfg, log: log, now: time.Now, seen: map[string]bool{}, kick: make(chan struct{}, 1), appliedSig: make(chan struct{}, 1),
 		guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads, MinPorts: cfg.Inventory.DropMinPorts}}
 	for _, o := range opts {
 		o(e)
@@ -172,12 +178,12 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	if changed {
 		e.lastInv = inv
-		e.rebuild()
+		e.rebuild(ctx)
 		return nil
 	}
 	// nothing changed: rebuild only to let expired ghosts go
 	if s := e.snap.Load(); e.lastInv != nil && s.Stats().Ghosts > 0 && e.now().Sub(s.Built()) > e.cfg.GhostGrace.D() {
-		e.rebuild()
+		e.rebuild(ctx)
 	}
 	return nil
 }
@@ -236,16 +242,22 @@ func (e *Engine) ConfirmDrop() bool {
 	e.m.confirmed.WithLabelValues("operator").Inc()
 	e.log.Warn("held inventory confirmed by the operator; applying it", "ports", len(inv.Ports))
 	e.lastInv = inv
-	e.rebuild()
+	e.rebuild(context.Background())
 	return true
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.
-func (e *Engine) rebuild() {
+// ctx ends a swap barrier early (the reload loop stopping).
+func (e *Engine) rebuild(ctx context.Context) {
 	start, took := e.now(), time.Now()
 	prev := e.snap.Load()
 	e.version++
 	s := snapshot.Build(e.lastInv, snapshot.Options{Version: e.version, Now: start, GhostGrace: e.cfg.GhostGrace.D(), MaxRouteHops: e.cfg.MaxRouteHops, Prev: prev})
+	built := time.Since(took)
+	if e.exporter != nil {
+		// Records of traffic before the swap are attributed against prev.
+		e.barrier(ctx, s.Changed(prev, start.UnixMicro()), s.Version())
+	}
 	e.snap.Store(s)
 	st := s.Stats()
 	e.m.reloads.WithLabelValues("ok").Inc()
@@ -255,7 +267,7 @@ func (e *Engine) rebuild() {
 	e.m.ghosts.Set(float64(st.Ghosts))
 	e.m.amphoraMACs.Set(float64(st.AmphoraMACs))
 	e.m.routerMACs.Set(float64(st.RouterMACs))
-	e.m.buildSeconds.Set(time.Since(took).Seconds())
+	e.m.buildSeconds.Set(built.Seconds())
 	e.m.snapAnomalies.Reset()
 	for _, a := range s.Anomalies() {
 		e.m.snapAnomalies.WithLabelValues(a.Class).Inc()
@@ -268,7 +280,7 @@ func (e *Engine) rebuild() {
 	}
 	e.log.Info("attribution snapshot swapped", "version", s.Version(), "endpoints", st.Endpoints, "ghosts", st.Ghosts,
 		"amphora_macs", st.AmphoraMACs, "router_macs", st.RouterMACs, "tenants", st.Tenants, "anomalies", len(s.Anomalies()),
-		"build", time.Since(took).Round(time.Microsecond))
+		"build", built.Round(time.Microsecond), "swap", time.Since(took).Round(time.Microsecond))
 }
 
 // Run loads the inventory at once and then every poll interval, on each

@@ -30,6 +30,8 @@ type metrics struct {
 	invHeld        prometheus.Gauge
 	heldTotal      prometheus.Counter
 	confirmed      *prometheus.CounterVec
+	barriers       *prometheus.CounterVec
+	barrierSeconds prometheus.Histogram
 }
 
 var zoneIndex = [...]snapshot.Zone{snapshot.ZoneExternal, snapshot.ZoneSameTenant, snapshot.ZoneOtherTenant, snapshot.ZoneInfra, snapshot.ZoneMiss, snapshot.ZoneShared, snapshot.ZoneMulticast}
@@ -58,11 +60,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		amphoraMACs:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_amphora_macs", Help: "Amphora data port MACs billed to a load balancer owner; 0 while LBs exist means the join stopped resolving."}),
 		routerMACs:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_router_macs", Help: "Gatewayed router interface MACs carrying an exit label."}),
 		buildSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_enrich_snapshot_build_seconds", Help: "Time the last snapshot build took."}),
-		invHeld:       guard.Held,
-		heldTotal:     guard.HeldTotal,
-		confirmed:     guard.Confirmed,
+		barriers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_enrich_swap_barriers_total",
+			Help: "Snapshot swaps by swap-barrier result: ok (live flows exported and attributed against the old snapshot first), skipped (pure addition), timeout and error (swapped anyway)."}, []string{"result"}),
+		barrierSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_enrich_swap_barrier_seconds",
+			Help: "Time from asking for the export of live flows to the swap.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		invHeld:   guard.Held,
+		heldTotal: guard.HeldTotal,
+		confirmed: guard.Confirmed,
 	}
-	for _, c := range []prometheus.Collector{m.recordsByZone, m.badRecords, m.held, m.resolved, m.released, m.version, m.builtAt, m.reloads, m.anomalies, m.snapAnomalies, m.endpoints, m.ghosts, m.amphoraMACs, m.routerMACs, m.buildSeconds, m.invHeld, m.heldTotal, m.confirmed} {
+	for _, c := range []prometheus.Collector{m.recordsByZone, m.badRecords, m.held, m.resolved, m.released, m.version, m.builtAt, m.reloads, m.anomalies, m.snapAnomalies, m.endpoints, m.ghosts, m.amphoraMACs, m.routerMACs, m.buildSeconds, m.invHeld, m.heldTotal, m.confirmed, m.barriers, m.barrierSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -75,6 +81,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.releasedFlush = m.released.WithLabelValues("flush")
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
+	}
+	for _, r := range barrierResults {
+		m.barriers.WithLabelValues(r)
 	}
 	// Every class exists at 0, so increase() sees the first anomaly.
 	for _, c := range anomalyClasses {

@@ -26,6 +26,7 @@ func (e *Engine) Apply(ctx context.Context, b *pipeline.Batch) error {
 	if ctx.Err() != nil {
 		b.Records = append(b.Records, e.Flush()...)
 	}
+	e.noteApplied()
 	return nil
 }
 

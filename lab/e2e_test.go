@@ -23,6 +23,7 @@ import (
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/lab"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // The acceptance suite runs every scenario of deploy/lab/scenarios on real
@@ -373,6 +374,53 @@ var extraChecks = map[string]func(t *testing.T, out *lab.Outcome){
 			if b < 512<<10 {
 				t.Errorf("agent %s recorded %d bytes of vm1's upload, want ≥ 512KiB on each side of the move", a, b)
 			}
+		}
+	},
+	"live-migrate-round-trip": func(t *testing.T, out *lab.Outcome) {
+		// hv's agent records vm1's upload before the trip and after its
+		// return (≥ 256 KiB each side, with hv2's records between them);
+		// hv2's agent ≥ 512 KiB of it.
+		tap := out.Cloud.Server("vm1").Ports[0].HostDev
+		vm2 := out.Cloud.Server("vm2").Ports[0].V4().String()
+		var away []schemas.Flow
+		var home []schemas.Flow
+		for _, f := range out.Flows {
+			if f.Ifname != tap || f.Direction != "tx" || f.DstIP != vm2 {
+				continue
+			}
+			if strings.HasSuffix(f.AgentID, "-hv-hv2") {
+				away = append(away, f)
+			} else {
+				home = append(home, f)
+			}
+		}
+		if len(away) == 0 || len(home) == 0 {
+			t.Fatalf("vm1's upload: %d records on hv2's agent, %d on hv's; want both", len(away), len(home))
+		}
+		first, last := away[0].TimeStart, away[0].TimeEnd
+		var awayBytes int64
+		for _, f := range away {
+			first, last = min(first, f.TimeStart), max(last, f.TimeEnd)
+			awayBytes += f.Bytes
+		}
+		const slack = 50_000 // µs: coarse kernel clock ticks
+		var before, after, between int64
+		for _, f := range home {
+			switch {
+			case f.TimeEnd <= first+slack:
+				before += f.Bytes
+			case f.TimeStart >= last-slack:
+				after += f.Bytes
+			default:
+				between += f.Bytes
+			}
+		}
+		t.Logf("vm1's upload: hv before %d B, hv2 %d B, hv after %d B, hv overlapping hv2's time %d B", before, awayBytes, after, between)
+		if before < 256<<10 || after < 256<<10 || awayBytes < 512<<10 {
+			t.Errorf("want ≥ 256 KiB on hv before and after the trip and ≥ 512 KiB on hv2")
+		}
+		if between != 0 {
+			t.Errorf("%d B of hv's records overlap the time vm1 ran on hv2", between)
 		}
 	},
 	"trunk": func(t *testing.T, out *lab.Outcome) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -97,6 +98,7 @@ capture:
 inventory:
 %sattribution:
   ghost_grace: 60s
+  swap_barrier: %s
   late_binding:
     max_records: 100000
     window: 60s
@@ -105,7 +107,17 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, node, dataDir, pinDir, inv, extra)
+%s`, l.Cloud.Prefix, node, dataDir, pinDir, inv, swapBarrier(), extra)
+}
+
+// swapBarrier is attribution.swap_barrier for the lab's tapflow: 30s, or
+// $TAPFLOW_LAB_SWAP_BARRIER (0s runs a scenario without the barrier, to
+// see what it changes; docs/lab.md).
+func swapBarrier() string {
+	if v := os.Getenv("TAPFLOW_LAB_SWAP_BARRIER"); v != "" {
+		return strconv.Quote(v)
+	}
+	return "30s"
 }
 
 // StartPipeline starts `tapflow run` inside the hypervisor namespace (the

@@ -46,7 +46,7 @@ type Flow struct {
 	Packets int64 `parquet:"packets" json:"packets"`
 	// Bytes: bytes (skb->len, L2) covered by this record.
 	Bytes int64 `parquet:"bytes" json:"bytes"`
-	// EndReason: fin, rst, active_timeout, idle_timeout, overflow or shutdown.
+	// EndReason: fin, rst, active_timeout, idle_timeout, overflow, shutdown or inventory_change (exported early by the swap barrier before an inventory change; docs/attribution.md).
 	EndReason string `parquet:"end_reason,dict" json:"end_reason"`
 	// TenantID: Keystone project UUID owning the VM port (the LB owner for amphorae), or unknown.
 	TenantID string `parquet:"tenant_id,dict" json:"tenant_id"`

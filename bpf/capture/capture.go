@@ -109,6 +109,11 @@ type Capture struct {
 	// running is true from the first interface scan until Run returns
 	// (the agent's /readyz: capture attached).
 	running atomic.Bool
+	// ExportLive's requests, served by Run's goroutine (it owns objs);
+	// quit is closed when Run returns.
+	exportReq chan exportReq
+	quit      chan struct{}
+	quitOnce  sync.Once
 
 	// Acks of handed-over records: the ring is committed up to the end of
 	// the oldest batches acked, in order.
@@ -185,6 +190,7 @@ func New(cfg Config, opts Options) (*Capture, error) {
 		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach || cfg.Detach,
 		ifaces: map[int]*iface{}, names: map[uint32]nameEntry{},
 		batch: make([]Record, 0, batchMax), pinned: cfg.PinDir != "", ackSig: make(chan struct{}, 1),
+		exportReq: make(chan exportReq), quit: make(chan struct{}),
 	}
 	for s := uint32(cfg.MaxInterfaces); s >= 1; s-- {
 		c.freeSlots = append(c.freeSlots, s)
@@ -215,6 +221,7 @@ func (c *Capture) Running() bool { return c.running.Load() }
 // meters and (Detach) removes the pinned state. Handler calls during the
 // stop get a context that is not cancelled.
 func (c *Capture) Run(ctx context.Context) (err error) {
+	defer c.quitOnce.Do(func() { close(c.quit) })
 	objs, err := bpf.Load(c.spec)
 	if err != nil {
 		return fmt.Errorf("capture: %w", err)
@@ -294,6 +301,8 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 		select {
 		case <-ctx.Done():
 			return nil
+		case req := <-c.exportReq:
+			req.done <- c.exportLive(ctx, req.ctx)
 		case u, ok := <-updates:
 			if !ok {
 				updates = nil
@@ -612,6 +621,12 @@ func (c *Capture) waitAcks(d time.Duration) bool {
 // sweep runs the sweep program until it is not deferred, draining between
 // runs.
 func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndReason) error {
+	return c.sweepUntil(ctx, context.Background(), idle, reason)
+}
+
+// sweepUntil is sweep; an export of live flows (EndInventoryChange) runs
+// until everything is out or until is done.
+func (c *Capture) sweepUntil(ctx, until context.Context, idle time.Duration, reason bpf.EndReason) error {
 	for i := 0; ; i++ {
 		res, err := c.objs.Sweep(idle, reason, c.sweepMax)
 		if err != nil {
@@ -628,10 +643,16 @@ func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndR
 			return nil
 		}
 		c.m.sweepDeferred.Inc()
-		if i >= 1000 && reason != bpf.EndShutdown {
+		full := reason == bpf.EndShutdown || reason == bpf.EndInventoryChange
+		if i >= 1000 && !full {
 			return nil // try again at the next interval
 		}
-		if reason == bpf.EndShutdown && c.ring.Uncommitted() > 0 {
+		if reason == bpf.EndInventoryChange {
+			if err := until.Err(); err != nil {
+				return err // the rest stays in the table, exported later
+			}
+		}
+		if full && c.ring.Uncommitted() > 0 {
 			// The ring is full of records handed over but not yet
 			// durable: their acks make room.
 			select {
@@ -640,6 +661,64 @@ func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndR
 			}
 		}
 	}
+}
+
+// ErrNotRunning: ExportLive was called while Run is not capturing.
+var ErrNotRunning = errors.New("capture not running")
+
+type exportReq struct {
+	ctx  context.Context
+	done chan error // buffered: Run never blocks on a gone caller
+}
+
+// ExportLive exports every flow the kernel holds — the flow tables and
+// both per-CPU flow-cache generations — through the ordinary ring and
+// handler path, end reason inventory_change, and returns once the last of
+// them has been handed to the Handler (not when it is durable). Each flow
+// is split at the export: its next packets start a new record. Nothing is
+// counted twice or lost, as with every other export (the entry's claim,
+// then atomic exchanges; the cache flip waits for running programs).
+//
+// It runs in Run's goroutine between two polls, so it blocks while the
+// Handler blocks (backpressure). When ctx ends first ExportLive returns
+// ctx's error; flows not exported yet stay in the kernel and leave it as
+// usual. It returns ErrNotRunning when Run is not capturing.
+func (c *Capture) ExportLive(ctx context.Context) error {
+	if !c.running.Load() {
+		return ErrNotRunning
+	}
+	req := exportReq{ctx: ctx, done: make(chan error, 1)}
+	select {
+	case c.exportReq <- req:
+	case <-c.quit:
+		return ErrNotRunning
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exportLive serves one ExportLive: everything the ring holds goes first
+// (older records keep their order), then a sweep of every flow.
+func (c *Capture) exportLive(ctx, until context.Context) error {
+	start := time.Now()
+	if err := c.drain(ctx); err != nil {
+		return err
+	}
+	if err := c.sweepUntil(ctx, until, 0, bpf.EndInventoryChange); err != nil {
+		return fmt.Errorf("capture: export live flows: %w", err)
+	}
+	if err := c.drain(ctx); err != nil {
+		return err
+	}
+	c.m.exports.Inc()
+	c.m.exportSeconds.Observe(time.Since(start).Seconds())
+	return nil
 }
 
 // meters publishes one delta per interface and direction.

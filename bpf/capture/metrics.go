@@ -22,6 +22,8 @@ type metrics struct {
 	cacheMerged            prometheus.Counter
 	adopted                prometheus.Counter
 	unacked                prometheus.Gauge
+	exports                prometheus.Counter
+	exportSeconds          prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,7 +48,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
 		cacheMerged:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_flow_cache_merged_total", Help: "Per-CPU flow-cache slots the sweep merged into the flow table."}),
 		adopted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_adopted_interfaces_total", Help: "Interfaces whose pinned attachment, table and meters this run took over from a previous one."}),
-		unacked:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_ring_unacked_bytes", Help: "Ring-buffer bytes read and handed downstream but not yet durable (kept in the ring until acked)."}),
+		exports: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_live_exports_total",
+			Help: "Exports of every live flow (ExportLive: before an attribution-changing inventory swap)."}),
+		exportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_capture_live_export_seconds",
+			Help:    "Duration of one export of every live flow (sweep of the tables and flow caches, hand-over included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		unacked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_ring_unacked_bytes", Help: "Ring-buffer bytes read and handed downstream but not yet durable (kept in the ring until acked)."}),
 	}
 	for _, r := range bpf.EndReasons() {
 		m.records[r] = m.recordsVec.WithLabelValues(r.String())
@@ -55,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
-		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked} {
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked, m.exports, m.exportSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register capture metrics: %w", err)
 		}

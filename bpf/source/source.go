@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,6 +41,8 @@ type Source struct {
 	log    *slog.Logger
 	nacks  prometheus.Counter
 	out    chan<- *pipeline.Batch
+	// emitted counts the batches sent into out (ExportLive reports it).
+	emitted atomic.Uint64
 }
 
 // New validates the config and options. It loads and attaches nothing;
@@ -109,7 +112,21 @@ func (s *Source) Flows(_ context.Context, recs []capture.Record, done func()) er
 		}
 		done()
 	})
+	s.emitted.Add(1)
 	return nil
+}
+
+// ExportLive exports every flow still in the kernel (capture.ExportLive,
+// end_reason inventory_change) into out and returns how many batches the
+// source had sent into out by the end of that export, counted from its
+// start: once the stage after the source has taken that many batches, it
+// has seen every record of traffic that crossed a tap before the export
+// (enrich's swap barrier, enrich.WithExporter).
+func (s *Source) ExportLive(ctx context.Context) (batches uint64, err error) {
+	if err := s.cap.ExportLive(ctx); err != nil {
+		return 0, fmt.Errorf("ebpf source: %w", err)
+	}
+	return s.emitted.Load(), nil
 }
 
 // Close implements the lifecycle shape; the capture releases its kernel

@@ -169,3 +169,33 @@ func BenchmarkBuild(b *testing.B) {
 		Build(inv, Options{Version: 1})
 	}
 }
+
+// BenchmarkChanged: the swap barrier's test of a new snapshot against the
+// one in use (snapshot.Changed), at the attribution benchmark's size and
+// at fleet size, for an unchanged inventory (the whole walk: the worst
+// case). Baseline in the same run: Build of that snapshot, which every
+// swap pays anyway. (make bench skips the Fleet half, as it skips every
+// Fleet benchmark in its quick line.)
+func BenchmarkChanged(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		o    synth.Options
+	}{{"realistic", synth.Realistic}, {"Fleet", synth.Fleet}} {
+		inv := synth.Generate(c.o)
+		now := time.Now()
+		prev := Build(inv, Options{Version: 1, Now: now})
+		next := Build(inv, Options{Version: 2, Now: now, Prev: prev})
+		b.Run(c.name+"/changed", func(b *testing.B) {
+			for b.Loop() {
+				if why := next.Changed(prev, now.UnixMicro()); why != "" {
+					b.Fatalf("same inventory changed: %s", why)
+				}
+			}
+		})
+		b.Run(c.name+"/build", func(b *testing.B) {
+			for b.Loop() {
+				Build(inv, Options{Version: 2, Now: now, Prev: prev})
+			}
+		})
+	}
+}

@@ -37,6 +37,10 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		opts   []enrich.Option
 		meters *pipeline.RunnerOf[schemas.Meter]
 		asker  *lookup.Asker
+		// barrier is the swap barrier (source ebpf: the capture exports
+		// its live flows); kept out of opts, whose emptiness means "no
+		// provider chosen yet" below.
+		barrier enrich.Option
 	)
 	switch cfg.Source {
 	case "synthetic":
@@ -64,6 +68,11 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("ebpf source: %w", err)
 		}
 		src = s
+		if d := cfg.Attribution.SwapBarrier.D(); d > 0 {
+			// Live flows are attributed with the inventory they flowed
+			// under before a change is swapped in (enrich/barrier.go).
+			barrier = enrich.WithExporter(s, d)
+		}
 		rt.addReady("capture", func() error {
 			if !s.Running() {
 				return errors.New("eBPF programs not loaded and attached yet")
@@ -89,6 +98,9 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		}
 		opts = append(opts, enrich.WithUnknownVM(ask.Ask))
 		asker = ask
+	}
+	if barrier != nil {
+		opts = append(opts, barrier)
 	}
 	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
 	if err != nil {

@@ -58,6 +58,9 @@ type AttributionConfig struct {
 	LateBinding enrich.LateBindingConfig `yaml:"late_binding"`
 	// MaxRouteHops bounds route next-hop resolution (default 16).
 	MaxRouteHops int `yaml:"max_route_hops"`
+	// SwapBarrier bounds the export of live flows before an
+	// attribution-changing inventory swap (default 30s; 0 disables).
+	SwapBarrier units.Duration `yaml:"swap_barrier"`
 }
 
 // AgentConfig is the `agent:` section.
@@ -116,7 +119,7 @@ func Default() Config {
 		Capture:   capture.DefaultConfig(),
 		Inventory: e.Inventory,
 		Attribution: AttributionConfig{
-			GhostGrace: e.GhostGrace, LateBinding: e.LateBinding, MaxRouteHops: e.MaxRouteHops,
+			GhostGrace: e.GhostGrace, LateBinding: e.LateBinding, MaxRouteHops: e.MaxRouteHops, SwapBarrier: e.SwapBarrier,
 		},
 		Agent:     AgentConfig{EdgeCapacity: 16, ShutdownTimeout: units.Duration(30 * time.Second), Spool: spool.DefaultConfig()},
 		NATS:      transport.DefaultConfig(),

@@ -306,6 +306,7 @@ func (c Config) EnrichConfig() enrich.Config {
 		GhostGrace:   c.Attribution.GhostGrace,
 		LateBinding:  c.Attribution.LateBinding,
 		MaxRouteHops: c.Attribution.MaxRouteHops,
+		SwapBarrier:  c.Attribution.SwapBarrier,
 	}
 }
 

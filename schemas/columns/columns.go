@@ -118,7 +118,7 @@ var FlowV1 = []Column{
 	{Name: "tcp_flags", GoName: "TCPFlags", Kind: Int32, Doc: "OR of the TCP flags seen", Unit: "bit mask (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80)", Empty: "0: not TCP"},
 	{Name: "packets", GoName: "Packets", Kind: Int64, Doc: "packets covered by this record", Unit: "packets"},
 	{Name: "bytes", GoName: "Bytes", Kind: Int64, Doc: "bytes (skb->len, L2) covered by this record", Unit: "bytes (L2 frame, skb->len)"},
-	{Name: "end_reason", GoName: "EndReason", Kind: String, Dict: true, Doc: "fin, rst, active_timeout, idle_timeout, overflow or shutdown"},
+	{Name: "end_reason", GoName: "EndReason", Kind: String, Dict: true, Doc: "fin, rst, active_timeout, idle_timeout, overflow, shutdown or inventory_change (exported early by the swap barrier before an inventory change; docs/attribution.md)"},
 	{Name: "tenant_id", GoName: "TenantID", Kind: String, Dict: true, Doc: "Keystone project UUID owning the VM port (the LB owner for amphorae), or unknown", Empty: "unknown: the VM MAC matches no inventory port (zone miss)"},
 	{Name: "server_id", GoName: "ServerID", Kind: String, Dict: true, Doc: "Nova instance UUID; '' when unknown", Empty: "'': the port has no Nova instance (amphora, unknown VM)"},
 	{Name: "port_id", GoName: "PortID", Kind: String, Dict: true, Doc: "Neutron port UUID; '' when unknown", Empty: "'': the tap matches no Neutron port"},

@@ -112,6 +112,9 @@ var figures = []figure{
 		value: ref{"BenchmarkPerPacket/hit", "ns/pkt", "empty_ns/pkt"}, goal: &goal{"<=", 15}},
 	{name: "kernel hit, x_empty",
 		value: ref{"BenchmarkPerPacket/hit", "x_empty", ""}, goal: &goal{"<=", 2.5}},
+	{name: "swap barrier, ms per export of 100k live flows (vs the idle sweep of that table)",
+		value:    ref{"BenchmarkExportLive/flows=100000", "ms/export", ""},
+		baseline: &ref{"BenchmarkExportLive/flows=100000/sweep=idle", "ms/export", ""}},
 	{name: "kernel hit, NetObserv's net cost over this",
 		value: ref{"BenchmarkPerPacketVersus", "netobserv_net_over_this", ""}, goal: &goal{">=", 3}},
 }

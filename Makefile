@@ -56,7 +56,7 @@ test: deps ## Run every test (-race). As root this includes the eBPF, network-na
 	@$(MAKE) --no-print-directory -j$(words $(TEST_PHASES)) -Otarget $(TEST_PHASES)
 
 test-go: examples-deps ## The main module's tests (-race), the biggest phase of make test.
-	@start=$$(date +%s); $(GO) test -race -shuffle=on -timeout 20m -count=1 $(TESTFLAGS) ./... && \
+	@start=$$(date +%s); $(GO) test -race -shuffle=on -timeout 35m -count=1 $(TESTFLAGS) ./... && \
 	 echo "test-go: passed in $$(($$(date +%s) - start))s"
 
 examples-deps: ## npm ci for the JavaScript example subscriber (examples/js-subscriber), which test-go runs; a no-op when installed.

@@ -198,7 +198,7 @@ func TestSoakStreamFullCycles(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r := soakRun(t, s, cfg, 21*soakMaxBytes/2, 3*time.Minute)
+	r := soakRun(t, s, cfg, 21*soakMaxBytes/2, 8*time.Minute)
 	if err := r.stopCollector(); err != nil {
 		t.Fatal(err)
 	}

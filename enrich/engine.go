@@ -79,8 +79,8 @@ type Engine struct {
 type heldRecord struct {
 	f       schemas.Flow
 	at      time.Time
-	version int64         // snapshot version last tried
-	zone    snapshot.Zone // zone of the last try (miss, or multicast)
+	version int64        // snapshot version last tried
+	zone    schemas.Zone // zone of the last try (miss, or multicast)
 }
 
 // Option adjusts an Engine; for tests and alternative providers.

@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/schemas"
 )
 
@@ -35,13 +34,13 @@ const (
 )
 
 var (
-	zoneSame     = snapshot.ZoneSameTenant.String()
-	zoneOther    = snapshot.ZoneOtherTenant.String()
-	zoneShared   = snapshot.ZoneShared.String()
-	zoneExternal = snapshot.ZoneExternal.String()
-	zoneInfra    = snapshot.ZoneInfra.String()
-	zoneMcast    = snapshot.ZoneMulticast.String()
-	zoneMiss     = snapshot.ZoneMiss.String()
+	zoneSame     = schemas.ZoneSameTenant.String()
+	zoneOther    = schemas.ZoneOtherTenant.String()
+	zoneShared   = schemas.ZoneShared.String()
+	zoneExternal = schemas.ZoneExternal.String()
+	zoneInfra    = schemas.ZoneInfra.String()
+	zoneMcast    = schemas.ZoneMulticast.String()
+	zoneMiss     = schemas.ZoneMiss.String()
 )
 
 type service struct{ proto, port int32 }
@@ -62,9 +61,9 @@ type attribution struct {
 }
 
 func (e *endpoint) attr(zone string) attribution {
-	a := attribution{tenant: e.tenant, server: e.server, port: e.port, lbID: e.lbID, zone: zone, extNet: snapshot.NoExternalNetwork}
+	a := attribution{tenant: e.tenant, server: e.server, port: e.port, lbID: e.lbID, zone: zone, extNet: schemas.NoExternalNetwork}
 	if e.tenantIdx < 0 {
-		a.tenant = snapshot.UnknownTenant
+		a.tenant = schemas.UnknownTenant
 	}
 	return a
 }
@@ -79,7 +78,7 @@ func (e *endpoint) exit(viaRouter bool) string {
 	case e.fallbackLabel != "":
 		return e.fallbackLabel
 	}
-	return snapshot.NoExternalNetwork
+	return schemas.NoExternalNetwork
 }
 
 // flow is one capture key (tap, direction, 5-tuple) in the active table.

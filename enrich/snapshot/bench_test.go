@@ -32,7 +32,7 @@ func mixedTrafficOver(tb testing.TB, n, tenants int) []Input {
 		t, v := rng.IntN(o.Tenants), rng.IntN(o.VMsPerTenant)
 		vm, ip := mustMAC(tb, synth.VMMAC(t, v)), netip.MustParseAddr(synth.VMIP(t, v))
 		router := mustMAC(tb, synth.RouterMAC(t, v%2))
-		x := Input{NowUS: now, Dir: DirTX + Direction(i%2), VMMAC: vm, LocalIP: ip}
+		x := Input{NowUS: now, Dir: schemas.DirTX + schemas.Direction(i%2), VMMAC: vm, LocalIP: ip}
 		switch r := rng.IntN(100); {
 		case r < 40: // internet
 			x.PeerMAC, x.RemoteIP = router, netip.AddrFrom4([4]byte{byte(1 + rng.IntN(200)), byte(rng.IntN(256)), 8, 8})
@@ -55,7 +55,7 @@ func mixedTrafficOver(tb testing.TB, n, tenants int) []Input {
 				x.VMMAC, x.PeerMAC, x.LocalIP, x.RemoteIP = amp, mustMAC(tb, synth.VMMAC(l, 0)), netip.MustParseAddr(synth.AmphoraIP(l, 0)), netip.MustParseAddr(synth.VMIP(l, 0))
 			}
 		case r < 92: // multicast
-			x.Dir, x.PeerMAC, x.RemoteIP = DirTX, mustMAC(tb, "01:00:5e:00:00:fb"), netip.MustParseAddr("224.0.0.251")
+			x.Dir, x.PeerMAC, x.RemoteIP = schemas.DirTX, mustMAC(tb, "01:00:5e:00:00:fb"), netip.MustParseAddr("224.0.0.251")
 		case r < 97: // IPv6 internet
 			x.PeerMAC, x.LocalIP, x.RemoteIP = router, netip.MustParseAddr("fd00:0:1::10"), netip.MustParseAddr("2001:4860::8888")
 		default: // unknown VM
@@ -110,7 +110,7 @@ func toFlows(ins []Input) []schemas.Flow {
 		f := &out[i]
 		f.Direction, f.VMMAC, f.PeerMAC = x.Dir.String(), FormatMAC(x.VMMAC), FormatMAC(x.PeerMAC)
 		src, dst := x.LocalIP, x.RemoteIP
-		if x.Dir == DirRX {
+		if x.Dir == schemas.DirRX {
 			src, dst = dst, src
 		}
 		f.SrcIP, f.DstIP = src.String(), dst.String()

@@ -20,7 +20,7 @@ var (
 // IPs are left invalid (such a record can still be attributed by its MACs).
 // On error in holds what parsed.
 func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
-	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction), Tap: f.Ifname}
+	*in = Input{NowUS: nowUS, Dir: schemas.ParseDirection(f.Direction), Tap: f.Ifname}
 	if f.VLANID > 0 && f.VLANID < 4095 {
 		in.VLAN = uint16(f.VLANID)
 	}
@@ -38,14 +38,14 @@ func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
 		err = ErrBadIP
 	}
 	sp, dp := uint16(f.SrcPort), uint16(f.DstPort)
-	if in.Dir == DirRX {
+	if in.Dir == schemas.DirRX {
 		in.LocalIP, in.RemoteIP = dst, src
 		in.LocalPort, in.RemotePort = dp, sp
 	} else {
 		in.LocalIP, in.RemoteIP = src, dst
 		in.LocalPort, in.RemotePort = sp, dp
 	}
-	if in.Dir == DirInvalid {
+	if in.Dir == schemas.DirInvalid {
 		err = ErrBadDirection
 	}
 	return err
@@ -85,7 +85,7 @@ func (s *Snapshot) AttributeFlow(f *schemas.Flow, nowUS int64, out *Result) erro
 	var in Input
 	err := ParseFlow(f, nowUS, &in)
 	if err == ErrBadMAC {
-		in.Dir = DirInvalid // a record whose MACs are not MACs: miss
+		in.Dir = schemas.DirInvalid // a record whose MACs are not MACs: miss
 	}
 	s.Attribute(&in, out)
 	Stamp(f, out)

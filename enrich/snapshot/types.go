@@ -70,54 +70,14 @@ type Result struct {
 }
 
 // ParseMAC reads "aa:bb:cc:dd:ee:ff" (or with '-', any case) without
-// allocating.
-func ParseMAC(s string) (uint64, bool) {
-	if len(s) != 17 {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < 17; i++ {
-		c := s[i]
-		if i%3 == 2 {
-			if c != ':' && c != '-' {
-				return 0, false
-			}
-			continue
-		}
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(d)
-	}
-	return v, true
-}
+// allocating ([schemas.ParseMAC]).
+func ParseMAC(s string) (uint64, bool) { return schemas.ParseMAC(s) }
 
-// MACFromBytes packs six octets as ParseMAC does.
-func MACFromBytes(b [6]byte) uint64 {
-	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(b[2])<<24 | uint64(b[3])<<16 | uint64(b[4])<<8 | uint64(b[5])
-}
+// MACFromBytes packs six octets as ParseMAC does ([schemas.MACFrom6]).
+func MACFromBytes(b [6]byte) uint64 { return schemas.MACFrom6(b) }
 
-// FormatMAC is the lowercase colon form of a packed MAC.
-func FormatMAC(v uint64) string {
-	const hex = "0123456789abcdef"
-	var b [17]byte
-	for i := 0; i < 6; i++ {
-		o := byte(v >> (40 - 8*i))
-		b[i*3], b[i*3+1] = hex[o>>4], hex[o&15]
-		if i < 5 {
-			b[i*3+2] = ':'
-		}
-	}
-	return string(b[:])
-}
+// FormatMAC is the lowercase colon form of a packed MAC ([schemas.FormatMAC]).
+func FormatMAC(v uint64) string { return schemas.FormatMAC(v) }
 
 // IsGroupMAC reports whether the I/G bit (multicast/broadcast) is set.
 func IsGroupMAC(v uint64) bool { return (v>>40)&1 == 1 }

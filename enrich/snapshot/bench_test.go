@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,19 +187,43 @@ func BenchmarkEnrich(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 	})
 	// the same records in the binary working form (schemas.FlowBin), as
-	// the capture writes them: no parsing
-	b.Run("AttributeFlow/binary", func(b *testing.B) {
-		flows := toBinFlows(ins)
-		now := ins[0].NowUS
-		var r Result
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			_ = s.AttributeFlow(&flows[i&(len(flows)-1)], now, &r)
-			i++
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
-	})
+	// the capture writes them (no parsing), against text, interleaved in
+	// chunks of 4096 so both see the same load; CPU time of the process
+	for _, set := range []struct {
+		name string
+		ins  []Input
+	}{{"node-local", local}, {"all-tenants", ins}} {
+		b.Run("AttributeFlowVersus/"+set.name, func(b *testing.B) {
+			text, bin := toFlows(set.ins), toBinFlows(set.ins)
+			now := set.ins[0].NowUS
+			var r Result
+			var tText, tBin time.Duration
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := cpuTime()
+				for i := range text {
+					_ = s.AttributeFlow(&text[i], now, &r)
+				}
+				t1 := cpuTime()
+				for i := range bin {
+					_ = s.AttributeFlow(&bin[i], now, &r)
+				}
+				tText, tBin = tText+t1-t0, tBin+cpuTime()-t1
+				n += len(text)
+			}
+			b.ReportMetric(float64(tBin.Nanoseconds())/float64(n), "binary_cpu_ns/record")
+			b.ReportMetric(float64(tText.Nanoseconds())/float64(n), "text_cpu_ns/record")
+			b.ReportMetric(float64(tText)/float64(tBin), "text_vs_binary")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // toBinFlows is toFlows in the binary form only (text fields empty).

@@ -84,9 +84,10 @@ type Engine struct {
 
 type heldRecord struct {
 	f       schemas.Flow
+	in      snapshot.Input // f as parsed once: a held record is not parsed again per snapshot
 	at      time.Time
-	version int64         // snapshot version last tried
-	zone    snapshot.Zone // zone of the last try (miss, or multicast)
+	version int64        // snapshot version last tried
+	zone    schemas.Zone // zone of the last try (miss, or multicast)
 }
 
 // Option adjusts an Engine; for tests and alternative providers.

@@ -199,7 +199,7 @@ func TestLateBindingFixesZone(t *testing.T) {
 	if g := testutil.ToFloat64(fx.e.m.resolved); g != 2 {
 		t.Errorf("resolved %v", g)
 	}
-	if g := testutil.ToFloat64(fx.e.m.records[snapshot.ZoneExternal]); g != 3 {
+	if g := testutil.ToFloat64(fx.e.m.records[schemas.ZoneExternal]); g != 3 {
 		t.Errorf("external records %v", g)
 	}
 }
@@ -395,13 +395,13 @@ func TestLateBindingMulticast(t *testing.T) {
 	if out := fx.apply(ctx, ghost); len(out) != 0 {
 		t.Fatalf("not held: %+v", out)
 	}
-	before := testutil.ToFloat64(fx.e.m.records[snapshot.ZoneMulticast])
+	before := testutil.ToFloat64(fx.e.m.records[schemas.ZoneMulticast])
 	fx.clk.add(61 * time.Second)
 	out = fx.apply(ctx)
 	if len(out) != 1 || out[0].Zone != "multicast" || out[0].TenantID != "unknown" {
 		t.Fatalf("window release %+v", out)
 	}
-	if g := testutil.ToFloat64(fx.e.m.records[snapshot.ZoneMulticast]) - before; g != 1 {
+	if g := testutil.ToFloat64(fx.e.m.records[schemas.ZoneMulticast]) - before; g != 1 {
 		t.Errorf("multicast records counted %v, want 1", g)
 	}
 }

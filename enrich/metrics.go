@@ -5,6 +5,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 type metrics struct {
@@ -34,7 +35,7 @@ type metrics struct {
 	barrierSeconds prometheus.Histogram
 }
 
-var zoneIndex = [...]snapshot.Zone{snapshot.ZoneExternal, snapshot.ZoneSameTenant, snapshot.ZoneOtherTenant, snapshot.ZoneInfra, snapshot.ZoneMiss, snapshot.ZoneShared, snapshot.ZoneMulticast}
+var zoneIndex = [...]schemas.Zone{schemas.ZoneExternal, schemas.ZoneSameTenant, schemas.ZoneOtherTenant, schemas.ZoneInfra, schemas.ZoneMiss, schemas.ZoneShared, schemas.ZoneMulticast}
 
 // anomalyClasses are the values of tapflow_attribution_anomalies_total{class}.
 var anomalyClasses = []string{snapshot.AnomalyInvalidMAC, snapshot.AnomalyInvalidCIDR, snapshot.AnomalyInvalidIP,

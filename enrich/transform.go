@@ -38,17 +38,19 @@ func (e *Engine) attribute(s *snapshot.Snapshot, now time.Time, recs []schemas.F
 	var zones [len(zoneIndex)]int
 	var bad int
 	var r snapshot.Result
+	var in snapshot.Input
 	w := 0
 	var hold []heldRecord
 	for i := range recs {
 		f := &recs[i]
-		if err := s.AttributeFlow(f, nowUS, &r); err != nil {
+		if err := snapshot.FlowInput(f, nowUS, &in); err != nil {
 			bad++
 		}
+		s.AttributeInput(f, &in, nowUS, &r)
 		if r.UnknownVM && late {
-			hold = append(hold, heldRecord{f: *f, at: now, version: s.Version(), zone: r.Zone})
+			hold = append(hold, heldRecord{f: *f, in: in, at: now, version: s.Version(), zone: r.Zone})
 			if e.onUnknown != nil {
-				e.onUnknown(f.VMMAC)
+				e.onUnknown(f.VMMACText())
 			}
 			continue
 		}
@@ -87,7 +89,7 @@ func (e *Engine) release(s *snapshot.Snapshot, now time.Time, hold []heldRecord,
 		if h.version != s.Version() {
 			h.version = s.Version()
 			f := h.f
-			_ = s.AttributeFlow(&f, nowUS, &r)
+			s.AttributeInput(&f, &h.in, nowUS, &r)
 			if !r.UnknownVM {
 				out = append(out, f)
 				zones[r.Zone]++
@@ -134,7 +136,7 @@ func (e *Engine) Flush() []schemas.Flow {
 	var r snapshot.Result
 	for _, h := range e.late {
 		f := h.f
-		_ = s.AttributeFlow(&f, nowUS, &r)
+		s.AttributeInput(&f, &h.in, nowUS, &r)
 		if r.UnknownVM {
 			e.m.releasedFlush.Inc()
 		} else {

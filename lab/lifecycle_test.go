@@ -11,6 +11,7 @@ import (
 	labfiles "github.com/tapflow/tapflow/deploy/lab"
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // labSnapshot builds a topology's inventory (present: as Cloud.Inventory)
@@ -47,7 +48,7 @@ func TestLifecycleTopologies(t *testing.T) {
 		return m
 	}
 	attr := func(s *snapshot.Snapshot, vmMAC string, vlan uint16, local, remote string) snapshot.Result {
-		in := snapshot.Input{Dir: snapshot.DirTX, VMMAC: mac(vmMAC), PeerMAC: mac("fa:16:3e:ff:ff:ff"),
+		in := snapshot.Input{Dir: schemas.DirTX, VMMAC: mac(vmMAC), PeerMAC: mac("fa:16:3e:ff:ff:ff"),
 			LocalIP: netip.MustParseAddr(local), RemoteIP: netip.MustParseAddr(remote), VLAN: vlan}
 		var r snapshot.Result
 		s.Attribute(&in, &r)
@@ -62,7 +63,7 @@ func TestLifecycleTopologies(t *testing.T) {
 		if len(p.Subports) != 1 || p.Subports[0].Port.MAC.String() != p.MAC.String() || p.Subports[0].VLAN != 100 {
 			t.Fatalf("vm1's subports %+v, want one on VLAN 100 with the parent's MAC", p.Subports)
 		}
-		if r := attr(s, p.MAC.String(), 100, "10.0.100.11", "10.0.100.12"); r.PortID != p.Subports[0].Port.ID || r.Zone != snapshot.ZoneSameTenant {
+		if r := attr(s, p.MAC.String(), 100, "10.0.100.11", "10.0.100.12"); r.PortID != p.Subports[0].Port.ID || r.Zone != schemas.ZoneSameTenant {
 			t.Errorf("VLAN 100: port %s zone %v, want the subport %s, same_tenant", r.PortID, r.Zone, p.Subports[0].Port.ID)
 		}
 		if r := attr(s, p.MAC.String(), 0, "10.0.0.11", "10.0.0.12"); r.PortID != p.ID {
@@ -74,7 +75,7 @@ func TestLifecycleTopologies(t *testing.T) {
 		if r := attr(s, "00:00:5e:00:01:2a", 0, "10.0.0.11", "10.0.0.13"); r.TenantID != c.Project("acme").ID {
 			t.Errorf("declared vMAC: tenant %s, want acme", r.TenantID)
 		}
-		if r := attr(s, "00:00:5e:00:01:2b", 0, "10.0.0.12", "10.0.0.13"); r.TenantID != snapshot.UnknownTenant || r.Zone != snapshot.ZoneMiss {
+		if r := attr(s, "00:00:5e:00:01:2b", 0, "10.0.0.12", "10.0.0.13"); r.TenantID != schemas.UnknownTenant || r.Zone != schemas.ZoneMiss {
 			t.Errorf("undeclared vMAC: tenant %s zone %v, want unknown/miss", r.TenantID, r.Zone)
 		}
 		if got := c.Server("vm2").Ports[0].GuestMAC().String(); got != "00:00:5e:00:01:2b" {
@@ -92,7 +93,7 @@ func TestLifecycleTopologies(t *testing.T) {
 			t.Errorf("after: tenant %s, want globex", r.TenantID)
 		}
 		_, s = labSnapshot(t, "macreuse.yaml", map[string]bool{"b1": true})
-		if r := attr(s, m, 0, "10.0.2.11", "10.0.2.12"); r.TenantID != snapshot.UnknownTenant {
+		if r := attr(s, m, 0, "10.0.2.11", "10.0.2.12"); r.TenantID != schemas.UnknownTenant {
 			t.Errorf("both listed: tenant %s, want unknown (duplicate_mac across projects)", r.TenantID)
 		}
 	})

@@ -76,6 +76,8 @@ type Flow struct {
 	PoolID string `parquet:"pool_id,dict" json:"pool_id"`
 	// MemberID: Octavia pool member on segment-2 records (amphora and member taps), else ''.
 	MemberID string `parquet:"member_id,dict" json:"member_id"`
+	// Bin is the binary working form (FlowBin); no column.
+	Bin FlowBin `parquet:"-" json:"-"`
 }
 
 // encodeFlowColumns turns records into one Arrow array per column, in
@@ -141,13 +143,9 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 		c2.add(r.Node)
 		c3.add(r.Ifname)
 		c4.add(r.Direction)
-		c5.add(r.VMMAC)
-		c6.add(r.PeerMAC)
 		c7[i] = r.VLANID
 		c8[i] = r.IPVersion
 		c9[i] = r.Protocol
-		c10.add(r.SrcIP)
-		c11.add(r.DstIP)
 		c12[i] = r.SrcPort
 		c13[i] = r.DstPort
 		c14[i] = r.TCPFlags
@@ -168,6 +166,17 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 		c29[i] = r.MetadataVersion
 		c30.add(r.PoolID)
 		c31.add(r.MemberID)
+		if b := &r.Bin; b.Valid {
+			c5.addMAC(b.VMMAC)
+			c6.addMAC(b.PeerMAC)
+			c10.addIP(b.SrcIP)
+			c11.addIP(b.DstIP)
+		} else {
+			c5.add(r.VMMAC)
+			c6.add(r.PeerMAC)
+			c10.add(r.SrcIP)
+			c11.add(r.DstIP)
+		}
 	}
 	return []arrow.Array{
 		timestampArray(c0),
@@ -405,6 +414,7 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		r.MetadataVersion = v29[i]
 		r.PoolID = d30[o30[i]-o30[0] : o30[i+1]-o30[0]]
 		r.MemberID = d31[o31[i]-o31[0] : o31[i+1]-o31[0]]
+		r.Bin.Valid = false // decoded records are text
 	}
 	return nil
 }

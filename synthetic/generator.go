@@ -2,9 +2,9 @@ package synthetic
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 
-	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/schemas"
 )
 
@@ -35,13 +35,13 @@ const (
 )
 
 var (
-	zoneSame     = snapshot.ZoneSameTenant.String()
-	zoneOther    = snapshot.ZoneOtherTenant.String()
-	zoneShared   = snapshot.ZoneShared.String()
-	zoneExternal = snapshot.ZoneExternal.String()
-	zoneInfra    = snapshot.ZoneInfra.String()
-	zoneMcast    = snapshot.ZoneMulticast.String()
-	zoneMiss     = snapshot.ZoneMiss.String()
+	zoneSame     = schemas.ZoneSameTenant.String()
+	zoneOther    = schemas.ZoneOtherTenant.String()
+	zoneShared   = schemas.ZoneShared.String()
+	zoneExternal = schemas.ZoneExternal.String()
+	zoneInfra    = schemas.ZoneInfra.String()
+	zoneMcast    = schemas.ZoneMulticast.String()
+	zoneMiss     = schemas.ZoneMiss.String()
 )
 
 type service struct{ proto, port int32 }
@@ -59,12 +59,13 @@ var (
 type attribution struct {
 	tenant, server, port, zone, peerTenant, extNet, lbID string
 	lbSegment                                            int32
+	zoneCode                                             schemas.Zone // zone's enum (newFlow)
 }
 
 func (e *endpoint) attr(zone string) attribution {
-	a := attribution{tenant: e.tenant, server: e.server, port: e.port, lbID: e.lbID, zone: zone, extNet: snapshot.NoExternalNetwork}
+	a := attribution{tenant: e.tenant, server: e.server, port: e.port, lbID: e.lbID, zone: zone, extNet: schemas.NoExternalNetwork}
 	if e.tenantIdx < 0 {
-		a.tenant = snapshot.UnknownTenant
+		a.tenant = schemas.UnknownTenant
 	}
 	return a
 }
@@ -79,7 +80,7 @@ func (e *endpoint) exit(viaRouter bool) string {
 	case e.fallbackLabel != "":
 		return e.fallbackLabel
 	}
-	return snapshot.NoExternalNetwork
+	return schemas.NoExternalNetwork
 }
 
 // flow is one capture key (tap, direction, 5-tuple) in the active table.
@@ -93,6 +94,7 @@ type flow struct {
 	burst                                     int32 // packets per record are 1..burst
 	first                                     bool
 	class                                     class
+	bin                                       schemas.FlowBin // the addresses in binary, set once per flow (newFlow)
 }
 
 // generator is the deterministic record stream: a table of active flows
@@ -181,6 +183,7 @@ func (g *generator) emit(f *schemas.Flow, fl *flow, end bool, nowUS int64) {
 			Node: g.node, Ifname: fl.ifname, Direction: fl.dir, VMMAC: fl.vmMAC, PeerMAC: fl.peerMAC,
 			IPVersion: 4, Protocol: fl.proto, SrcIP: fl.srcIP, DstIP: fl.dstIP, SrcPort: fl.sport, DstPort: fl.dport,
 			TCPFlags: flags, Packets: pk, Bytes: pk * int64(fl.size), EndReason: reason,
+			Bin: fl.bin,
 		}
 		return
 	}
@@ -192,7 +195,9 @@ func (g *generator) emit(f *schemas.Flow, fl *flow, end bool, nowUS int64) {
 		TCPFlags: flags, Packets: pk, Bytes: pk * int64(fl.size), EndReason: reason,
 		TenantID: a.tenant, ServerID: a.server, PortID: a.port, Zone: a.zone, PeerTenantID: a.peerTenant,
 		ExternalNetwork: a.extNet, LBID: a.lbID, LBSegment: a.lbSegment, MetadataVersion: ExpectedMetadataVersion,
+		Bin: fl.bin,
 	}
+	f.Bin.Zone = a.zoneCode
 }
 
 func (g *generator) pickClass() class {
@@ -231,6 +236,36 @@ func (g *generator) newFlow(fl *flow, nowUS int64) {
 	case classLBSegment2:
 		g.lbSegment2(fl)
 	}
+	fl.bin = binOf(fl)
+	fl.attr.zoneCode = zoneCode(fl.attr.zone)
+}
+
+// binOf is the binary form of fl's addresses: the records carry both it
+// and the text (the text is what the JSON-lines baseline and the tests
+// read; the agent's stages and the wire encoder take the binary form, as
+// they do from the capture). Parsing here, once per flow, allocates
+// nothing.
+func binOf(fl *flow) schemas.FlowBin {
+	b := schemas.FlowBin{Valid: true, Dir: schemas.ParseDirection(fl.dir)}
+	vm, ok1 := schemas.ParseMAC(fl.vmMAC)
+	peer, ok2 := schemas.ParseMAC(fl.peerMAC)
+	src, err1 := netip.ParseAddr(fl.srcIP)
+	dst, err2 := netip.ParseAddr(fl.dstIP)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || b.Dir == schemas.DirInvalid {
+		return schemas.FlowBin{} // not expressible in binary: a text record
+	}
+	b.VMMAC, b.PeerMAC, b.SrcIP, b.DstIP = vm, peer, src, dst
+	return b
+}
+
+// zoneCode is the enum of a zone label.
+func zoneCode(label string) schemas.Zone {
+	for _, z := range schemas.Zones {
+		if z.String() == label {
+			return z
+		}
+	}
+	return schemas.ZoneMiss
 }
 
 func (g *generator) coin() bool              { return g.rng.Uint64()&1 == 0 }

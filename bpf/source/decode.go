@@ -8,22 +8,16 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 )
 
-// cacheMax bounds each intern table; it is emptied when full.
-const cacheMax = 1 << 16
-
-// Decoder turns kernel records into flow.v1 records. It interns MAC and IP
-// strings, so decoding a known address allocates nothing. Not safe for
-// concurrent use.
+// Decoder turns kernel records into flow.v1 records in their binary form
+// (schemas.FlowBin): MACs and IPs are copied as numbers, never formatted;
+// the wire encoder writes their text once. Decoding allocates nothing. Not
+// safe for concurrent use.
 type Decoder struct {
 	node string
-	macs map[[6]byte]string
-	ips  map[[16]byte]string
 }
 
 // NewDecoder returns a decoder that writes node into every record.
-func NewDecoder(node string) *Decoder {
-	return &Decoder{node: node, macs: map[[6]byte]string{}, ips: map[[16]byte]string{}}
-}
+func NewDecoder(node string) *Decoder { return &Decoder{node: node} }
 
 var endReasons = func() [8]string {
 	var a [8]string
@@ -33,26 +27,31 @@ var endReasons = func() [8]string {
 	return a
 }()
 
-// Decode fills f from r. Enrichment columns are left untouched.
+// Decode fills f from r. Enrichment columns are left untouched; the MAC
+// and IP text fields are left empty (f.Bin holds them).
 func (d *Decoder) Decode(r *capture.Record, f *schemas.Flow) {
 	k := &r.Key
 	f.TimeStart, f.TimeEnd = r.TimeStart, r.TimeEnd
 	f.Node = d.node
 	f.Ifname = r.Ifname
+	f.VMMAC, f.PeerMAC, f.SrcIP, f.DstIP = "", "", "", ""
+	b := &f.Bin
+	b.Valid = true
 	if bpf.Direction(k.Direction) == bpf.DirRX {
-		f.Direction = "rx"
-		f.VMMAC, f.PeerMAC = d.mac(k.DstMac), d.mac(k.SrcMac)
+		f.Direction, b.Dir = "rx", schemas.DirRX
+		b.VMMAC, b.PeerMAC = schemas.MACFrom6(k.DstMac), schemas.MACFrom6(k.SrcMac)
 	} else {
-		f.Direction = "tx"
-		f.VMMAC, f.PeerMAC = d.mac(k.SrcMac), d.mac(k.DstMac)
+		f.Direction, b.Dir = "tx", schemas.DirTX
+		b.VMMAC, b.PeerMAC = schemas.MACFrom6(k.SrcMac), schemas.MACFrom6(k.DstMac)
 	}
 	f.VLANID = int32(k.VlanId)
 	if k.EthProto == 0x86dd {
 		f.IPVersion = 6
+		b.SrcIP, b.DstIP = netip.AddrFrom16(k.SrcIp), netip.AddrFrom16(k.DstIp)
 	} else {
 		f.IPVersion = 4
+		b.SrcIP, b.DstIP = ip4(&k.SrcIp), ip4(&k.DstIp)
 	}
-	f.SrcIP, f.DstIP = d.ip(&k.SrcIp, f.IPVersion), d.ip(&k.DstIp, f.IPVersion)
 	f.Protocol = int32(k.Protocol)
 	f.SrcPort, f.DstPort = int32(k.SrcPort), int32(k.DstPort)
 	f.TCPFlags = int32(r.Val.TcpFlags & 0xff)
@@ -64,43 +63,11 @@ func (d *Decoder) Decode(r *capture.Record, f *schemas.Flow) {
 	}
 }
 
-const hexDigits = "0123456789abcdef"
-
-func (d *Decoder) mac(m [6]byte) string {
-	if s, ok := d.macs[m]; ok {
-		return s
+// ip4 is the IPv4 address the kernel stores v4-mapped; an address that is
+// not (IP header cut short) reads as 0.0.0.0, as the text form always did.
+func ip4(a *[16]byte) netip.Addr {
+	if a[10] != 0xff || a[11] != 0xff || [10]byte(a[:10]) != [10]byte{} {
+		return netip.IPv4Unspecified()
 	}
-	var b [17]byte
-	for i, v := range m {
-		if i > 0 {
-			b[i*3-1] = ':'
-		}
-		b[i*3], b[i*3+1] = hexDigits[v>>4], hexDigits[v&0xf]
-	}
-	s := string(b[:])
-	if len(d.macs) >= cacheMax {
-		clear(d.macs)
-	}
-	d.macs[m] = s
-	return s
-}
-
-func (d *Decoder) ip(a *[16]byte, version int32) string {
-	if s, ok := d.ips[*a]; ok {
-		return s
-	}
-	addr := netip.AddrFrom16(*a)
-	if version == 4 {
-		if addr.Is4In6() {
-			addr = addr.Unmap()
-		} else {
-			addr = netip.IPv4Unspecified() // IP header cut short
-		}
-	}
-	s := addr.String()
-	if len(d.ips) >= cacheMax {
-		clear(d.ips)
-	}
-	d.ips[*a] = s
-	return s
+	return netip.AddrFrom4([4]byte(a[12:16]))
 }

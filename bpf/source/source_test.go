@@ -59,7 +59,7 @@ func TestSourceConservation(t *testing.T) {
 		defer close(consumed)
 		for bt := range out {
 			for _, f := range bt.Records {
-				if f.Node != "node-a" || (f.Direction == "tx" && f.Ifname == a.Tap && f.Protocol == 17 && f.VMMAC != a.MAC.String()) {
+				if f.Node != "node-a" || (f.Direction == "tx" && f.Ifname == a.Tap && f.Protocol == 17 && f.VMMACText() != a.MAC.String()) {
 					t.Errorf("bad record %+v", f)
 				}
 				v := flows[key{f.Ifname, f.Direction}]

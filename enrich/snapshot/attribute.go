@@ -1,6 +1,10 @@
 package snapshot
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/tapflow/tapflow/schemas"
+)
 
 // lookupMAC finds a live (or not yet expired ghost) endpoint.
 func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) (macEntry, bool) {
@@ -86,7 +90,7 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //  5. external records get the exit label: the peer router MAC's network,
 //     else the VM port's fallback, else none.
 func (s *Snapshot) Attribute(in *Input, out *Result) {
-	*out = Result{TenantID: UnknownTenant, ExternalNetwork: NoExternalNetwork, Zone: ZoneMiss, Version: s.version}
+	*out = Result{TenantID: schemas.UnknownTenant, ExternalNetwork: schemas.NoExternalNetwork, Zone: schemas.ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
 	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
 	if in.VLAN != 0 {
@@ -96,7 +100,7 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			vme, known = e, true
 		}
 	}
-	if !known && in.Dir == DirRX && IsGroupMAC(in.VMMAC) && in.Tap != "" {
+	if !known && in.Dir == schemas.DirRX && IsGroupMAC(in.VMMAC) && in.Tap != "" {
 		// Received multicast/broadcast: the tap names the receiving port.
 		if mac, ok := s.taps[in.Tap]; ok {
 			vme, known = s.lookupMAC(mac, in.NowUS)
@@ -109,11 +113,11 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			out.LBID = vm.LBID
 		}
 	}
-	if in.Dir == DirInvalid {
+	if in.Dir == schemas.DirInvalid {
 		return
 	}
 	if IsGroupMAC(in.DstMAC()) {
-		out.Zone = ZoneMulticast
+		out.Zone = schemas.ZoneMulticast
 		// Late binding like any other record, when a later snapshot can
 		// name the VM: by its MAC, or on receive by its tap.
 		out.UnknownVM = !known && (!IsGroupMAC(in.VMMAC) || in.Tap != "")
@@ -144,18 +148,18 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		}
 		switch {
 		case vme.amphora && out.LBSegment == 2:
-			out.Zone = ZoneInfra
+			out.Zone = schemas.ZoneInfra
 		case pe.amphora && has(pe.ep.base, remote):
-			out.Zone, out.LBSegment = ZoneInfra, 2
+			out.Zone, out.LBSegment = schemas.ZoneInfra, 2
 			// at the member: this VM is the member, of the amphora's LB
 			if out.LBID == "" {
 				out.LBID = pe.ep.LBID
 			}
 			out.PoolID, out.MemberID = s.member(pe.ep.LBID, local, in.LocalPort)
 		case same:
-			out.Zone = ZoneSameTenant
+			out.Zone = schemas.ZoneSameTenant
 		default:
-			out.Zone = ZoneOtherTenant
+			out.Zone = schemas.ZoneOtherTenant
 		}
 		if pe.amphora && out.LBSegment == 0 && has(pe.ep.vips, remote) {
 			out.LBSegment = 1
@@ -170,11 +174,11 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		return
 	}
 	out.Zone, out.PeerTenantID = r.zone, r.peer
-	if r.zone == ZoneOtherTenant && r.peer == vm.TenantID {
+	if r.zone == schemas.ZoneOtherTenant && r.peer == vm.TenantID {
 		// a domain row names the owner; it is the VM's own tenant
-		out.Zone = ZoneSameTenant
+		out.Zone = schemas.ZoneSameTenant
 	}
-	if r.zone != ZoneExternal {
+	if r.zone != schemas.ZoneExternal {
 		return
 	}
 	if ok && pe.label >= 0 {

@@ -60,7 +60,7 @@ func mustMAC(t testing.TB, s string) uint64 {
 }
 
 // in builds an Input from the VM's point of view (already swapped).
-func in(t testing.TB, dir Direction, vm, peer, local, remote string) Input {
+func in(t testing.TB, dir schemas.Direction, vm, peer, local, remote string) Input {
 	t.Helper()
 	x := Input{Dir: dir, VMMAC: mustMAC(t, vm), PeerMAC: mustMAC(t, peer), NowUS: time.Now().UnixMicro()}
 	if local != "" {
@@ -88,7 +88,7 @@ type want struct {
 func check(t *testing.T, got Result, w want) {
 	t.Helper()
 	if w.ext == "" {
-		w.ext = NoExternalNetwork
+		w.ext = schemas.NoExternalNetwork
 	}
 	g := want{got.TenantID, got.ServerID, got.PortID, got.Zone.String(), got.PeerTenantID, got.ExternalNetwork, got.LBID, got.LBSegment, got.PoolID, got.MemberID}
 	// server and port are only checked when the case names them
@@ -105,7 +105,7 @@ func check(t *testing.T, got Result, w want) {
 
 func TestAttributeRules(t *testing.T) {
 	s := Build(loadCloud(t), Options{Version: 7})
-	tx, rx := DirTX, DirRX
+	tx, rx := schemas.DirTX, schemas.DirRX
 	cases := []struct {
 		name string
 		in   Input
@@ -201,7 +201,7 @@ func TestAttributeRules(t *testing.T) {
 // compute_id join), same-tenant, cross-tenant and floating-IP clients.
 func TestOctavia(t *testing.T) {
 	s := Build(loadCloud(t), Options{Version: 1})
-	tx, rx := DirTX, DirRX
+	tx, rx := schemas.DirTX, schemas.DirRX
 	const vip = "10.0.1.100"
 	cases := []struct {
 		name string

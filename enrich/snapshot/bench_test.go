@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func mixedTrafficOver(tb testing.TB, n, tenants int) []Input {
 		t, v := rng.IntN(o.Tenants), rng.IntN(o.VMsPerTenant)
 		vm, ip := mustMAC(tb, synth.VMMAC(t, v)), netip.MustParseAddr(synth.VMIP(t, v))
 		router := mustMAC(tb, synth.RouterMAC(t, v%2))
-		x := Input{NowUS: now, Dir: DirTX + Direction(i%2), VMMAC: vm, LocalIP: ip}
+		x := Input{NowUS: now, Dir: schemas.DirTX + schemas.Direction(i%2), VMMAC: vm, LocalIP: ip}
 		switch r := rng.IntN(100); {
 		case r < 40: // internet
 			x.PeerMAC, x.RemoteIP = router, netip.AddrFrom4([4]byte{byte(1 + rng.IntN(200)), byte(rng.IntN(256)), 8, 8})
@@ -55,7 +56,7 @@ func mixedTrafficOver(tb testing.TB, n, tenants int) []Input {
 				x.VMMAC, x.PeerMAC, x.LocalIP, x.RemoteIP = amp, mustMAC(tb, synth.VMMAC(l, 0)), netip.MustParseAddr(synth.AmphoraIP(l, 0)), netip.MustParseAddr(synth.VMIP(l, 0))
 			}
 		case r < 92: // multicast
-			x.Dir, x.PeerMAC, x.RemoteIP = DirTX, mustMAC(tb, "01:00:5e:00:00:fb"), netip.MustParseAddr("224.0.0.251")
+			x.Dir, x.PeerMAC, x.RemoteIP = schemas.DirTX, mustMAC(tb, "01:00:5e:00:00:fb"), netip.MustParseAddr("224.0.0.251")
 		case r < 97: // IPv6 internet
 			x.PeerMAC, x.LocalIP, x.RemoteIP = router, netip.MustParseAddr("fd00:0:1::10"), netip.MustParseAddr("2001:4860::8888")
 		default: // unknown VM
@@ -104,13 +105,40 @@ func TestAttributeZeroAlloc(t *testing.T) {
 	}
 }
 
+// TestAttributeFlowBinaryAgrees: the mixed traffic (internet, L2, routed,
+// infra, shared, LB, multicast, IPv6, unknown MACs) attributes the same
+// from the binary form as from text, with no allocation.
+func TestAttributeFlowBinaryAgrees(t *testing.T) {
+	s := realistic(t)
+	ins := mixedTraffic(t, 4096)
+	text, bin := toFlows(ins), toBinFlows(ins)
+	var rt, rb Result
+	for i := range text {
+		et := s.AttributeFlow(&text[i], ins[0].NowUS, &rt)
+		eb := s.AttributeFlow(&bin[i], ins[0].NowUS, &rb)
+		if et != eb || rt != rb {
+			t.Fatalf("record %d (%+v): text %+v (err %v), binary %+v (err %v)", i, ins[i], rt, et, rb, eb)
+		}
+		if bin[i].Bin.Zone != rb.Zone || bin[i].Zone != rb.Zone.String() {
+			t.Fatalf("record %d: stamped zone %v / %q, want %v", i, bin[i].Bin.Zone, bin[i].Zone, rb.Zone)
+		}
+	}
+	i := 0
+	if a := testing.AllocsPerRun(5000, func() {
+		_ = s.AttributeFlow(&bin[i%len(bin)], ins[0].NowUS, &rb)
+		i++
+	}); a != 0 {
+		t.Errorf("AttributeFlow on binary records: %v allocs/record, want 0", a)
+	}
+}
+
 func toFlows(ins []Input) []schemas.Flow {
 	out := make([]schemas.Flow, len(ins))
 	for i, x := range ins {
 		f := &out[i]
 		f.Direction, f.VMMAC, f.PeerMAC = x.Dir.String(), FormatMAC(x.VMMAC), FormatMAC(x.PeerMAC)
 		src, dst := x.LocalIP, x.RemoteIP
-		if x.Dir == DirRX {
+		if x.Dir == schemas.DirRX {
 			src, dst = dst, src
 		}
 		f.SrcIP, f.DstIP = src.String(), dst.String()
@@ -158,6 +186,59 @@ func BenchmarkEnrich(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 	})
+	// the same records in the binary working form (schemas.FlowBin), as
+	// the capture writes them (no parsing), against text, interleaved in
+	// chunks of 4096 so both see the same load; CPU time of the process
+	for _, set := range []struct {
+		name string
+		ins  []Input
+	}{{"node-local", local}, {"all-tenants", ins}} {
+		b.Run("AttributeFlowVersus/"+set.name, func(b *testing.B) {
+			text, bin := toFlows(set.ins), toBinFlows(set.ins)
+			now := set.ins[0].NowUS
+			var r Result
+			var tText, tBin time.Duration
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := cpuTime()
+				for i := range text {
+					_ = s.AttributeFlow(&text[i], now, &r)
+				}
+				t1 := cpuTime()
+				for i := range bin {
+					_ = s.AttributeFlow(&bin[i], now, &r)
+				}
+				tText, tBin = tText+t1-t0, tBin+cpuTime()-t1
+				n += len(text)
+			}
+			b.ReportMetric(float64(tBin.Nanoseconds())/float64(n), "binary_cpu_ns/record")
+			b.ReportMetric(float64(tText.Nanoseconds())/float64(n), "text_cpu_ns/record")
+			b.ReportMetric(float64(tText)/float64(tBin), "text_vs_binary")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// toBinFlows is toFlows in the binary form only (text fields empty).
+func toBinFlows(ins []Input) []schemas.Flow {
+	out := make([]schemas.Flow, len(ins))
+	for i, x := range ins {
+		f := &out[i]
+		src, dst := x.LocalIP, x.RemoteIP
+		if x.Dir == schemas.DirRX {
+			src, dst = dst, src
+		}
+		f.Direction = x.Dir.String()
+		f.Bin = schemas.FlowBin{Valid: true, Dir: x.Dir, VMMAC: x.VMMAC, PeerMAC: x.PeerMAC, SrcIP: src, DstIP: dst}
+	}
+	return out
 }
 
 func BenchmarkBuild(b *testing.B) {

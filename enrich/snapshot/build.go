@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // Anomaly classes (tapflow_attribution_anomalies_total{class}).
@@ -145,7 +146,7 @@ type tables struct {
 }
 
 type rowVal struct {
-	zone Zone
+	zone schemas.Zone
 	peer string // peer tenant for same/other rows
 	bits uint8  // prefix length, set when the tables are flattened
 }
@@ -268,15 +269,15 @@ func (b *builder) intern(project string) uint32 {
 
 // zoneRank breaks ties between two rows with the same prefix in one table:
 // the more specific meaning wins.
-func zoneRank(z Zone) int {
+func zoneRank(z schemas.Zone) int {
 	switch z {
-	case ZoneInfra:
+	case schemas.ZoneInfra:
 		return 5
-	case ZoneSameTenant:
+	case schemas.ZoneSameTenant:
 		return 4
-	case ZoneShared:
+	case schemas.ZoneShared:
 		return 3
-	case ZoneOtherTenant:
+	case schemas.ZoneOtherTenant:
 		return 2
 	}
 	return 1
@@ -874,15 +875,15 @@ func (b *builder) settle(mac uint64, cs []claim) *Endpoint {
 
 // prefixRows writes trie steps 1–4 (§1.7), for IPv4 and IPv6.
 func (b *builder) prefixRows() {
-	b.addRow(0, netip.MustParsePrefix("0.0.0.0/0"), rowVal{zone: ZoneExternal})
-	b.addRow(0, netip.MustParsePrefix("::/0"), rowVal{zone: ZoneExternal})
-	b.addRow(0, netip.PrefixFrom(MetadataV4, 32), rowVal{zone: ZoneInfra})
-	b.addRow(0, netip.PrefixFrom(MetadataV6, 128), rowVal{zone: ZoneInfra})
+	b.addRow(0, netip.MustParsePrefix("0.0.0.0/0"), rowVal{zone: schemas.ZoneExternal})
+	b.addRow(0, netip.MustParsePrefix("::/0"), rowVal{zone: schemas.ZoneExternal})
+	b.addRow(0, netip.PrefixFrom(MetadataV4, 32), rowVal{zone: schemas.ZoneInfra})
+	b.addRow(0, netip.PrefixFrom(MetadataV6, 128), rowVal{zone: schemas.ZoneInfra})
 	// Link-local addresses never leave the L2 segment: neighbour
 	// discovery with the router's fe80:: address is plumbing, not
 	// internet traffic (the catch-all would bill it as external).
-	b.addRow(0, netip.MustParsePrefix("169.254.0.0/16"), rowVal{zone: ZoneInfra})
-	b.addRow(0, netip.MustParsePrefix("fe80::/10"), rowVal{zone: ZoneInfra})
+	b.addRow(0, netip.MustParsePrefix("169.254.0.0/16"), rowVal{zone: schemas.ZoneInfra})
+	b.addRow(0, netip.MustParsePrefix("fe80::/10"), rowVal{zone: schemas.ZoneInfra})
 	ids := make([]string, 0, len(b.subnets))
 	for id := range b.subnets {
 		ids = append(ids, id)
@@ -895,9 +896,9 @@ func (b *builder) prefixRows() {
 		switch {
 		case n.External: // external networks never produce subnet rows
 		case n.Shared:
-			b.addRow(0, si.prefix, rowVal{zone: ZoneShared})
+			b.addRow(0, si.prefix, rowVal{zone: schemas.ZoneShared})
 		case owned:
-			b.addRow(b.intern(n.Project()), si.prefix, rowVal{zone: ZoneSameTenant, peer: n.Project()})
+			b.addRow(b.intern(n.Project()), si.prefix, rowVal{zone: schemas.ZoneSameTenant, peer: n.Project()})
 		}
 		if si.gw.IsValid() {
 			b.infraHost(si, si.gw, owned)
@@ -925,9 +926,9 @@ func (b *builder) prefixRows() {
 // owner's subnet row (tenant rows are consulted before global ones).
 func (b *builder) infraHost(si *subnetInfo, a netip.Addr, owned bool) {
 	p := netip.PrefixFrom(a, a.BitLen())
-	b.addRow(0, p, rowVal{zone: ZoneInfra})
+	b.addRow(0, p, rowVal{zone: schemas.ZoneInfra})
 	if owned {
-		b.addRow(b.intern(si.net.Project()), p, rowVal{zone: ZoneInfra})
+		b.addRow(b.intern(si.net.Project()), p, rowVal{zone: schemas.ZoneInfra})
 	}
 }
 

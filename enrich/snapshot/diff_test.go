@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tapflow/tapflow/schemas"
 )
 
 const diffHead = `
@@ -50,13 +52,13 @@ func TestChanged(t *testing.T) {
 		{"new VM", diffBase + diffA3, "", nil},
 		{"port removed: a ghost", diffHead + diffRouter + diffPorts, "", nil},
 		{"MAC reused by another project", diffHead + diffRouter + diffPorts + diffB1, "MAC fa:16:3e:00:00:10: project changed",
-			&Input{Dir: DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:20")}},
+			&Input{Dir: schemas.DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:20")}},
 		{"port's server changed", diffHead + diffRouter + diffPorts + diffA1v2, "port changed",
-			&Input{Dir: DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:20")}},
+			&Input{Dir: schemas.DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:20")}},
 		{"gateway moved", diffHead + diffRouter2 + diffPorts + diffA1, "exit label changed|fallback exit network changed",
-			&Input{Dir: DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:01"), RemoteIP: addr(t, "8.8.8.8")}},
+			&Input{Dir: schemas.DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), PeerMAC: mac(t, "fa:16:3e:00:00:01"), RemoteIP: addr(t, "8.8.8.8")}},
 		{"new infra address (DHCP port)", diffBase + diffDHCP, "prefix rows",
-			&Input{Dir: DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), RemoteIP: addr(t, "10.0.0.2")}},
+			&Input{Dir: schemas.DirTX, VMMAC: mac(t, "fa:16:3e:00:00:10"), RemoteIP: addr(t, "10.0.0.2")}},
 		// conservative: any prefix-table difference is a change (the new
 		// rows shadow the catch-all external for their addresses)
 		{"new subnet of another project", subnet3 + diffRouter + diffPorts + diffA1, "prefix rows of project t2", nil},

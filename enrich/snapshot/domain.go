@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // Domains: the addresses a VM can reach inside the cloud without leaving
@@ -33,13 +34,13 @@ func (b *builder) subnetRows(si *subnetInfo) []prow {
 	switch {
 	case n.External:
 	case n.Shared:
-		out = append(out, prow{si.prefix, rowVal{zone: ZoneShared}})
+		out = append(out, prow{si.prefix, rowVal{zone: schemas.ZoneShared}})
 	case n.Project() != "":
-		out = append(out, prow{si.prefix, rowVal{zone: ZoneOtherTenant, peer: n.Project()}})
+		out = append(out, prow{si.prefix, rowVal{zone: schemas.ZoneOtherTenant, peer: n.Project()}})
 	}
 	if !n.External {
 		if si.gw.IsValid() {
-			out = append(out, prow{netip.PrefixFrom(si.gw, si.gw.BitLen()), rowVal{zone: ZoneInfra}})
+			out = append(out, prow{netip.PrefixFrom(si.gw, si.gw.BitLen()), rowVal{zone: schemas.ZoneInfra}})
 		}
 		for _, p := range b.subnetPorts()[si.s.ID] {
 			infra := IsInfraPort(p.DeviceOwner)
@@ -55,9 +56,9 @@ func (b *builder) subnetRows(si *subnetInfo) []prow {
 				if !ok || !si.prefix.Contains(a) {
 					continue
 				}
-				v := rowVal{zone: ZoneInfra}
+				v := rowVal{zone: schemas.ZoneInfra}
 				if !infra {
-					v = rowVal{zone: ZoneOtherTenant, peer: tenant}
+					v = rowVal{zone: schemas.ZoneOtherTenant, peer: tenant}
 				}
 				out = append(out, prow{netip.PrefixFrom(a, a.BitLen()), v})
 			}
@@ -152,7 +153,7 @@ func (b *builder) domainRows(eps map[uint64]*Endpoint) {
 		b.drows = append(b.drows, m)
 		owners := map[string]bool{}
 		for _, v := range m {
-			if v.zone == ZoneOtherTenant {
+			if v.zone == schemas.ZoneOtherTenant {
 				owners[v.peer] = true
 			}
 		}
@@ -183,7 +184,7 @@ func (b *builder) domainRows(eps map[uint64]*Endpoint) {
 		}
 		owner := b.intern(si.net.Project())
 		for _, r := range b.subnetRows(si) {
-			if r.v.zone == ZoneOtherTenant && r.p.IsSingleIP() {
+			if r.v.zone == schemas.ZoneOtherTenant && r.p.IsSingleIP() {
 				b.addRow(owner, r.p, r.v)
 			}
 		}

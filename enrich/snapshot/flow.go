@@ -15,12 +15,17 @@ var (
 	ErrBadIP        = errors.New("src_ip or dst_ip is not an IP address")
 )
 
-// ParseFlow fills in from a textual record: vm_mac and peer_mac are already
-// swapped; the IPs are in wire order and swapped here by direction. Empty
-// IPs are left invalid (such a record can still be attributed by its MACs).
-// On error in holds what parsed.
+// ParseFlow fills in from a record: vm_mac and peer_mac are already
+// swapped; the IPs are in wire order and swapped here by direction. A
+// binary record (f.Bin.Valid, as the capture writes) is read as is, without
+// parsing; a text record is parsed. Empty IPs are left invalid (such a
+// record can still be attributed by its MACs). On error in holds what
+// parsed.
 func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
-	*in = Input{NowUS: nowUS, Dir: ParseDirection(f.Direction), Tap: f.Ifname}
+	if f.Bin.Valid {
+		return binInput(f, nowUS, in)
+	}
+	*in = Input{NowUS: nowUS, Dir: schemas.ParseDirection(f.Direction), Tap: f.Ifname}
 	if f.VLANID > 0 && f.VLANID < 4095 {
 		in.VLAN = uint16(f.VLANID)
 	}
@@ -37,18 +42,36 @@ func ParseFlow(f *schemas.Flow, nowUS int64, in *Input) error {
 	if !okS || !okD {
 		err = ErrBadIP
 	}
-	sp, dp := uint16(f.SrcPort), uint16(f.DstPort)
-	if in.Dir == DirRX {
+	in.setSides(src, dst, uint16(f.SrcPort), uint16(f.DstPort))
+	if in.Dir == schemas.DirInvalid {
+		err = ErrBadDirection
+	}
+	return err
+}
+
+// binInput is ParseFlow of a binary record: copies, no parsing.
+func binInput(f *schemas.Flow, nowUS int64, in *Input) error {
+	b := &f.Bin
+	*in = Input{NowUS: nowUS, Dir: b.Dir, Tap: f.Ifname, VMMAC: b.VMMAC, PeerMAC: b.PeerMAC}
+	if f.VLANID > 0 && f.VLANID < 4095 {
+		in.VLAN = uint16(f.VLANID)
+	}
+	in.setSides(b.SrcIP.Unmap(), b.DstIP.Unmap(), uint16(f.SrcPort), uint16(f.DstPort))
+	if in.Dir == schemas.DirInvalid {
+		return ErrBadDirection
+	}
+	return nil
+}
+
+// setSides swaps the wire-order addresses and ports by in.Dir.
+func (in *Input) setSides(src, dst netip.Addr, sp, dp uint16) {
+	if in.Dir == schemas.DirRX {
 		in.LocalIP, in.RemoteIP = dst, src
 		in.LocalPort, in.RemotePort = dp, sp
 	} else {
 		in.LocalIP, in.RemoteIP = src, dst
 		in.LocalPort, in.RemotePort = sp, dp
 	}
-	if in.Dir == DirInvalid {
-		err = ErrBadDirection
-	}
-	return err
 }
 
 func parseWireIP(s string) (netip.Addr, bool) {
@@ -68,6 +91,7 @@ func Stamp(f *schemas.Flow, r *Result) {
 	f.ServerID = r.ServerID
 	f.PortID = r.PortID
 	f.Zone = r.Zone.String()
+	f.Bin.Zone = r.Zone
 	f.PeerTenantID = r.PeerTenantID
 	f.ExternalNetwork = r.ExternalNetwork
 	f.LBID = r.LBID
@@ -77,16 +101,34 @@ func Stamp(f *schemas.Flow, r *Result) {
 	f.MetadataVersion = r.Version
 }
 
-// AttributeFlow parses f, attributes it and stamps the result into it. A
-// record that does not parse is still stamped (what can be attributed from
-// the parts that parsed; miss when the direction is invalid) and the error
-// says what was wrong. out receives the result; it may not be nil.
+// FlowInput is ParseFlow as attribution uses it: a record whose MACs are
+// not MACs gets an invalid direction, so it is attributed as miss. The
+// error says what was wrong. Keep in to attribute the record again later
+// (AttributeInput) without parsing it again.
+func FlowInput(f *schemas.Flow, nowUS int64, in *Input) error {
+	err := ParseFlow(f, nowUS, in)
+	if err == ErrBadMAC {
+		in.Dir = schemas.DirInvalid // a record whose MACs are not MACs: miss
+	}
+	return err
+}
+
+// AttributeInput attributes in (from FlowInput of f) at nowUS and stamps
+// the result into f. out may not be nil.
+func (s *Snapshot) AttributeInput(f *schemas.Flow, in *Input, nowUS int64, out *Result) {
+	in.NowUS = nowUS
+	s.Attribute(in, out)
+	Stamp(f, out)
+}
+
+// AttributeFlow parses f (a binary record is read without parsing),
+// attributes it and stamps the result into it. A record that does not
+// parse is still stamped (what can be attributed from the parts that
+// parsed; miss when the direction is invalid) and the error says what was
+// wrong. out receives the result; it may not be nil.
 func (s *Snapshot) AttributeFlow(f *schemas.Flow, nowUS int64, out *Result) error {
 	var in Input
-	err := ParseFlow(f, nowUS, &in)
-	if err == ErrBadMAC {
-		in.Dir = DirInvalid // a record whose MACs are not MACs: miss
-	}
+	err := FlowInput(f, nowUS, &in)
 	s.Attribute(&in, out)
 	Stamp(f, out)
 	return err

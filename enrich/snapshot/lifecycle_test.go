@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 func parseInv(t *testing.T, y string) *inventory.Inventory {
@@ -85,7 +86,7 @@ func TestRouteResolver(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := Build(inv, Options{MaxRouteHops: c.hops})
-			x := in(t, DirTX, "fa:16:3e:10:00:01", "fa:16:3e:00:00:02", "10.0.1.10", c.remote)
+			x := in(t, schemas.DirTX, "fa:16:3e:10:00:01", "fa:16:3e:00:00:02", "10.0.1.10", c.remote)
 			var r Result
 			s.Attribute(&x, &r)
 			if r.Zone.String() != c.zone || r.PeerTenantID != c.peer {
@@ -144,7 +145,7 @@ func TestGhostAndMACReuse(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			x := in(t, DirTX, c.vm, c.peer, "10.0.1.11", "10.0.1.11")
+			x := in(t, schemas.DirTX, c.vm, c.peer, "10.0.1.11", "10.0.1.11")
 			x.NowUS = c.now
 			var r Result
 			c.s.Attribute(&x, &r)
@@ -220,13 +221,13 @@ ports:
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			x := in(t, DirTX, c.mac, "fa:16:3e:00:00:0a", "10.0.1.50", "8.8.8.8")
+			x := in(t, schemas.DirTX, c.mac, "fa:16:3e:00:00:0a", "10.0.1.50", "8.8.8.8")
 			var r Result
 			s.Attribute(&x, &r)
 			if r.TenantID != c.tenant || r.ServerID != c.server {
 				t.Errorf("got %s/%s, want %s/%s", r.TenantID, r.ServerID, c.tenant, c.server)
 			}
-			if r.TenantID != UnknownTenant && r.ExternalNetwork != NoExternalNetwork && r.Zone == ZoneExternal {
+			if r.TenantID != schemas.UnknownTenant && r.ExternalNetwork != schemas.NoExternalNetwork && r.Zone == schemas.ZoneExternal {
 				// the shared router MAC of two exits is dropped from the map
 				t.Errorf("ext %q: a router MAC claimed by two exits must not label", r.ExternalNetwork)
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // zoneFor classifies a network reached by a route (§1.8): external before
@@ -12,13 +13,13 @@ import (
 func zoneFor(owner, src string, n *inventory.Network) rowVal {
 	switch {
 	case n != nil && n.External:
-		return rowVal{zone: ZoneExternal}
+		return rowVal{zone: schemas.ZoneExternal}
 	case n != nil && n.Shared:
-		return rowVal{zone: ZoneShared}
+		return rowVal{zone: schemas.ZoneShared}
 	case owner == src:
-		return rowVal{zone: ZoneSameTenant, peer: owner}
+		return rowVal{zone: schemas.ZoneSameTenant, peer: owner}
 	}
-	return rowVal{zone: ZoneOtherTenant, peer: owner}
+	return rowVal{zone: schemas.ZoneOtherTenant, peer: owner}
 }
 
 // resolve traces an extraroute of router r through its next hops and
@@ -26,7 +27,7 @@ func zoneFor(owner, src string, n *inventory.Network) rowVal {
 // nobody's, so an owned network reads other_tenant with its owner). Every
 // dead end is external: the safe billing direction.
 func (b *builder) resolve(r *routerInfo, src string, dest netip.Prefix, nh netip.Addr) rowVal {
-	ext := rowVal{zone: ZoneExternal}
+	ext := rowVal{zone: schemas.ZoneExternal}
 	cur := r
 	visited := map[string]bool{r.r.ID: true}
 	for hop := 0; hop < b.opt.MaxRouteHops; hop++ {

@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"testing"
+
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // trunkCloud: vm1's port is a trunk parent on n1; subport s100 (VLAN 100)
@@ -41,12 +43,12 @@ func TestTrunkPorts(t *testing.T) {
 		in   Input
 		want want
 	}{
-		{"untagged frames are the parent's", in(t, DirTX, parentMAC, "fa:16:3e:00:00:99", "10.1.0.10", "10.1.0.50"), want{tenant: "t1", port: "parent", zone: "same_tenant", peer: "t1"}},
-		{"VLAN 100: the subport sharing the parent's MAC", vlan(in(t, DirTX, parentMAC, b2, "10.2.0.10", "10.2.0.20"), 100), want{tenant: "t1", port: "s100", zone: "same_tenant", peer: "t1"}},
-		{"VLAN 100 received", vlan(in(t, DirRX, parentMAC, "fa:16:3e:00:00:99", "10.2.0.10", "8.8.8.8"), 100), want{tenant: "t1", port: "s100", zone: "external"}},
-		{"VLAN 200: a subport with a MAC of its own, of another project", vlan(in(t, DirTX, ownMAC, "fa:16:3e:00:00:99", "10.3.0.10", "10.3.0.77"), 200), want{tenant: "t2", port: "s200", zone: "same_tenant", peer: "t2"}},
-		{"a VLAN no subport claims stays with the parent", vlan(in(t, DirTX, parentMAC, "fa:16:3e:00:00:99", "10.1.0.10", "10.1.0.50"), 300), want{tenant: "t1", port: "parent", zone: "same_tenant", peer: "t1"}},
-		{"the peer sees the parent by MAC", in(t, DirRX, b2, parentMAC, "10.2.0.20", "10.2.0.10"), want{tenant: "t1", port: "p", zone: "same_tenant", peer: "t1"}},
+		{"untagged frames are the parent's", in(t, schemas.DirTX, parentMAC, "fa:16:3e:00:00:99", "10.1.0.10", "10.1.0.50"), want{tenant: "t1", port: "parent", zone: "same_tenant", peer: "t1"}},
+		{"VLAN 100: the subport sharing the parent's MAC", vlan(in(t, schemas.DirTX, parentMAC, b2, "10.2.0.10", "10.2.0.20"), 100), want{tenant: "t1", port: "s100", zone: "same_tenant", peer: "t1"}},
+		{"VLAN 100 received", vlan(in(t, schemas.DirRX, parentMAC, "fa:16:3e:00:00:99", "10.2.0.10", "8.8.8.8"), 100), want{tenant: "t1", port: "s100", zone: "external"}},
+		{"VLAN 200: a subport with a MAC of its own, of another project", vlan(in(t, schemas.DirTX, ownMAC, "fa:16:3e:00:00:99", "10.3.0.10", "10.3.0.77"), 200), want{tenant: "t2", port: "s200", zone: "same_tenant", peer: "t2"}},
+		{"a VLAN no subport claims stays with the parent", vlan(in(t, schemas.DirTX, parentMAC, "fa:16:3e:00:00:99", "10.1.0.10", "10.1.0.50"), 300), want{tenant: "t1", port: "parent", zone: "same_tenant", peer: "t1"}},
+		{"the peer sees the parent by MAC", in(t, schemas.DirRX, b2, parentMAC, "10.2.0.20", "10.2.0.10"), want{tenant: "t1", port: "p", zone: "same_tenant", peer: "t1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,82 +1,16 @@
 package snapshot
 
-import "net/netip"
+import (
+	"net/netip"
 
-// Zone is where the far end of a record is, relative to the tenant of the VM
-// whose tap saw it. The numeric codes are the domain reference's (§1.1).
-type Zone uint8
-
-// Zones.
-const (
-	ZoneExternal    Zone = 0 // outside the cloud, or reached through an external network
-	ZoneSameTenant  Zone = 1 // same project
-	ZoneOtherTenant Zone = 2 // another project
-	ZoneInfra       Zone = 3 // platform plumbing: DHCP, metadata, gateways, Octavia segment 2
-	ZoneMiss        Zone = 4 // cannot be classified: unknown VM MAC
-	ZoneShared      Zone = 5 // a shared (non-external) network reached over L3
-	ZoneMulticast   Zone = 6 // destination MAC has the group bit set
+	"github.com/tapflow/tapflow/schemas"
 )
-
-var zoneNames = [...]string{"external", "same_tenant", "other_tenant", "infra", "miss", "shared", "multicast"}
-
-// String is the zone's label in records and metrics.
-func (z Zone) String() string {
-	if int(z) < len(zoneNames) {
-		return zoneNames[z]
-	}
-	return "miss"
-}
-
-// Zones lists every zone, in code order.
-var Zones = []Zone{ZoneExternal, ZoneSameTenant, ZoneOtherTenant, ZoneInfra, ZoneMiss, ZoneShared, ZoneMulticast}
-
-// Sentinels written into records.
-const (
-	// UnknownTenant is tenant_id when the VM-side MAC is not known.
-	UnknownTenant = "unknown"
-	// NoExternalNetwork is external_network on every non-external record
-	// and on external records with no resolvable exit.
-	NoExternalNetwork = "none"
-)
-
-// Direction is the record's direction from the VM's point of view.
-type Direction uint8
-
-// Directions. The zero value is invalid on purpose: a record without a
-// direction is attributed as miss.
-const (
-	DirInvalid Direction = iota
-	DirTX                // the VM sends: tap ingress hook
-	DirRX                // the VM receives: tap egress hook
-)
-
-// ParseDirection reads "tx" or "rx".
-func ParseDirection(s string) Direction {
-	switch s {
-	case "tx":
-		return DirTX
-	case "rx":
-		return DirRX
-	}
-	return DirInvalid
-}
-
-// String is "tx", "rx" or "invalid".
-func (d Direction) String() string {
-	switch d {
-	case DirTX:
-		return "tx"
-	case DirRX:
-		return "rx"
-	}
-	return "invalid"
-}
 
 // Input is one record as the hot path sees it: parsed, after the
 // directional swap. Build it with [Swap] from wire-order values, or fill it
 // directly when the capture stage already knows which side is the VM.
 type Input struct {
-	Dir Direction
+	Dir schemas.Direction
 	// VMMAC is the MAC on the VM side of the tap, PeerMAC the far side, as
 	// returned by [ParseMAC]: the six octets big-endian in the low 48 bits.
 	VMMAC, PeerMAC uint64
@@ -99,9 +33,9 @@ type Input struct {
 
 // Swap fills the MAC and IP fields of in from wire order: on tx the VM is
 // the source, on rx the destination (domain reference §1.3 step 6).
-func (in *Input) Swap(dir Direction, srcMAC, dstMAC uint64, srcIP, dstIP netip.Addr) {
+func (in *Input) Swap(dir schemas.Direction, srcMAC, dstMAC uint64, srcIP, dstIP netip.Addr) {
 	in.Dir = dir
-	if dir == DirRX {
+	if dir == schemas.DirRX {
 		in.VMMAC, in.PeerMAC, in.LocalIP, in.RemoteIP = dstMAC, srcMAC, dstIP, srcIP
 		return
 	}
@@ -110,7 +44,7 @@ func (in *Input) Swap(dir Direction, srcMAC, dstMAC uint64, srcIP, dstIP netip.A
 
 // DstMAC is the destination MAC on the wire, undoing the swap.
 func (in *Input) DstMAC() uint64 {
-	if in.Dir == DirRX {
+	if in.Dir == schemas.DirRX {
 		return in.VMMAC
 	}
 	return in.PeerMAC
@@ -119,15 +53,15 @@ func (in *Input) DstMAC() uint64 {
 // Result is the attribution of one record. Strings point into the
 // snapshot; copying them does not allocate.
 type Result struct {
-	TenantID        string // project of the VM (the LB owner for amphorae), or UnknownTenant
+	TenantID        string // project of the VM (the LB owner for amphorae), or [schemas.UnknownTenant]
 	ServerID        string // Nova instance (port device_id), '' when unknown
 	PortID          string // Neutron port, '' when unknown
 	PeerTenantID    string // tenant of the far end when known, else ''
-	ExternalNetwork string // exit network label on external records, else NoExternalNetwork
+	ExternalNetwork string // exit network label on external records, else [schemas.NoExternalNetwork]
 	LBID            string // load balancer when the tap is an amphora's or on a member's segment 2, else ''
 	PoolID          string // pool of the member on segment 2, else ''
 	MemberID        string // pool member on segment 2, else ''
-	Zone            Zone
+	Zone            schemas.Zone
 	LBSegment       int32 // 1 client ↔ VIP, 2 amphora base ↔ member, 0 otherwise
 	Version         int64 // snapshot version
 	// UnknownVM is true when the VM-side MAC is not in the snapshot (zone
@@ -136,54 +70,14 @@ type Result struct {
 }
 
 // ParseMAC reads "aa:bb:cc:dd:ee:ff" (or with '-', any case) without
-// allocating.
-func ParseMAC(s string) (uint64, bool) {
-	if len(s) != 17 {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < 17; i++ {
-		c := s[i]
-		if i%3 == 2 {
-			if c != ':' && c != '-' {
-				return 0, false
-			}
-			continue
-		}
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(d)
-	}
-	return v, true
-}
+// allocating ([schemas.ParseMAC]).
+func ParseMAC(s string) (uint64, bool) { return schemas.ParseMAC(s) }
 
-// MACFromBytes packs six octets as ParseMAC does.
-func MACFromBytes(b [6]byte) uint64 {
-	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(b[2])<<24 | uint64(b[3])<<16 | uint64(b[4])<<8 | uint64(b[5])
-}
+// MACFromBytes packs six octets as ParseMAC does ([schemas.MACFrom6]).
+func MACFromBytes(b [6]byte) uint64 { return schemas.MACFrom6(b) }
 
-// FormatMAC is the lowercase colon form of a packed MAC.
-func FormatMAC(v uint64) string {
-	const hex = "0123456789abcdef"
-	var b [17]byte
-	for i := 0; i < 6; i++ {
-		o := byte(v >> (40 - 8*i))
-		b[i*3], b[i*3+1] = hex[o>>4], hex[o&15]
-		if i < 5 {
-			b[i*3+2] = ':'
-		}
-	}
-	return string(b[:])
-}
+// FormatMAC is the lowercase colon form of a packed MAC ([schemas.FormatMAC]).
+func FormatMAC(v uint64) string { return schemas.FormatMAC(v) }
 
 // IsGroupMAC reports whether the I/G bit (multicast/broadcast) is set.
 func IsGroupMAC(v uint64) bool { return (v>>40)&1 == 1 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 // topo is the cloud the contract tests build through the real APIs, once
@@ -342,24 +343,24 @@ func TestContractSnapshot(t *testing.T) {
 		t.Errorf("vm1 external network label: %+v, want %s", ep, x.publicName)
 	}
 	var res snapshot.Result
-	in := snapshot.Input{Dir: snapshot.DirTX, VMMAC: mustMAC(t, x.vm1MAC), PeerMAC: mustMAC(t, rportOn(t, rports, x.appSub).MACAddress),
+	in := snapshot.Input{Dir: schemas.DirTX, VMMAC: mustMAC(t, x.vm1MAC), PeerMAC: mustMAC(t, rportOn(t, rports, x.appSub).MACAddress),
 		LocalIP: netip.MustParseAddr("10.0.2.10"), RemoteIP: netip.MustParseAddr("8.8.8.8"), NowUS: nowUS}
 	s.Attribute(&in, &res)
-	if res.Zone != snapshot.ZoneExternal || res.ExternalNetwork != x.publicName || res.TenantID != x.p1 {
+	if res.Zone != schemas.ZoneExternal || res.ExternalNetwork != x.publicName || res.TenantID != x.p1 {
 		t.Errorf("vm1 -> 8.8.8.8 via the router: %+v, want external/%s/%s", res, x.publicName, x.p1)
 	}
 	// the static route's next hop and the gateway address classify as
 	// infra from P1's VM
 	in.RemoteIP = netip.MustParseAddr("10.0.2.1")
 	s.Attribute(&in, &res)
-	if res.Zone != snapshot.ZoneInfra {
+	if res.Zone != schemas.ZoneInfra {
 		t.Errorf("vm1 -> its gateway 10.0.2.1: zone %s, want infra", res.Zone)
 	}
 	// the static route 10.9.0.0/16 via P1's appliance: same_tenant for P1
-	in = snapshot.Input{Dir: snapshot.DirTX, VMMAC: mustMAC(t, x.vm3MAC), PeerMAC: mustMAC(t, rportOn(t, rports, x.webSub).MACAddress),
+	in = snapshot.Input{Dir: schemas.DirTX, VMMAC: mustMAC(t, x.vm3MAC), PeerMAC: mustMAC(t, rportOn(t, rports, x.webSub).MACAddress),
 		LocalIP: netip.MustParseAddr("10.0.1.11"), RemoteIP: netip.MustParseAddr("10.9.1.1"), NowUS: nowUS}
 	s.Attribute(&in, &res)
-	if res.Zone != snapshot.ZoneSameTenant {
+	if res.Zone != schemas.ZoneSameTenant {
 		t.Errorf("vm3 -> 10.9.1.1 (static route via P1's appliance): zone %s, want same_tenant", res.Zone)
 	}
 	if !slices.ContainsFunc(inv.Routers, func(r inventory.Router) bool {
@@ -411,17 +412,17 @@ func TestContractSnapshot(t *testing.T) {
 		}
 		// segment 2: amphora base address -> member vm3, infra at both taps
 		vrrp := rportByIP(t, inv, a.VRRPIP)
-		in := snapshot.Input{Dir: snapshot.DirTX, VMMAC: mustMAC(t, vrrp.MACAddress), PeerMAC: mustMAC(t, x.vm3MAC),
+		in := snapshot.Input{Dir: schemas.DirTX, VMMAC: mustMAC(t, vrrp.MACAddress), PeerMAC: mustMAC(t, x.vm3MAC),
 			LocalIP: netip.MustParseAddr(a.VRRPIP), RemoteIP: netip.MustParseAddr("10.0.1.11"), NowUS: nowUS}
 		s.Attribute(&in, &res)
-		if res.Zone != snapshot.ZoneInfra || res.LBSegment != 2 || res.TenantID != x.p1 || res.LBID != x.lb {
+		if res.Zone != schemas.ZoneInfra || res.LBSegment != 2 || res.TenantID != x.p1 || res.LBID != x.lb {
 			t.Errorf("amphora %s base -> member: %+v, want infra, segment 2, tenant %s", a.ID, res, x.p1)
 		}
 		// segment 1: VIP <- vm2 (P2 on the shared VIP network)
-		in = snapshot.Input{Dir: snapshot.DirRX, VMMAC: mustMAC(t, vrrp.MACAddress), PeerMAC: mustMAC(t, x.vm2MAC),
+		in = snapshot.Input{Dir: schemas.DirRX, VMMAC: mustMAC(t, vrrp.MACAddress), PeerMAC: mustMAC(t, x.vm2MAC),
 			LocalIP: netip.MustParseAddr(x.vip), RemoteIP: netip.MustParseAddr("10.0.1.30"), NowUS: nowUS}
 		s.Attribute(&in, &res)
-		if res.Zone != snapshot.ZoneOtherTenant || res.LBSegment != 1 || res.TenantID != x.p1 || res.PeerTenantID != x.p2 {
+		if res.Zone != schemas.ZoneOtherTenant || res.LBSegment != 1 || res.TenantID != x.p1 || res.PeerTenantID != x.p2 {
 			t.Errorf("amphora %s VIP <- vm2: %+v, want other_tenant, segment 1, %s billed", a.ID, res, x.p1)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 const sample = `goos: linux
 pkg: github.com/tapflow/tapflow/bpf/source
 BenchmarkDecode-2      	  100	   106.0 ns/rec
+BenchmarkAgentUserspace-2 	3	0.03 binary_allocs/record	1637 binary_cpu_ns/record	1732 text_cpu_ns/record	0 ns/op
 pkg: github.com/tapflow/tapflow/schemas
 BenchmarkDecode-2      	  100	   999.0 ns/op
 BenchmarkPipelineParquet-2      	       3	         0 ns/op	        31.50 disk-B/record	    400000 records/cpu-s	    500000 records/s
@@ -29,6 +30,7 @@ func TestTable(t *testing.T) {
 			"kernel hit, ns over the empty tc program", "59.00",
 			"kernel hit, x_empty", "6.36",
 			"  106  ", // bpf/source:BenchmarkDecode, not schemas' (999)
+			"agent userspace ns/record", "1637", "1732", "0.95x", "<= 200",
 
 		}},
 		{"nothing ran", "PASS\n", []string{"not run"}},

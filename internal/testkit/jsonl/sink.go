@@ -96,6 +96,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *pipeline.Batch) error {
 			}
 			held.Add(b)
 			for i := range b.Records {
+				b.Records[i].FillText() // a binary record's addresses (the capture's) as text
 				if err := enc.Encode(&b.Records[i]); err != nil {
 					_ = f.Close()
 					return fail(fmt.Errorf("jsonl sink: write %s: %w", s.path, err))

@@ -33,14 +33,16 @@ type Table[T any] struct {
 	name   string
 	minor  int
 	cols   []columns.Column
-	encode func([]T) []arrow.Array
+	// encode's second argument: Dict strings as plain utf8 (PlainStrings).
+	encode func([]T, bool) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
 	parquet func() *parquet.Schema
 
-	once   sync.Once
-	schema *arrow.Schema
+	once        sync.Once
+	schema      *arrow.Schema
+	plainSchema *arrow.Schema // every string utf8: the wire form before dictionaries
 }
 
 // FlowTable is flow.v1.
@@ -79,16 +81,26 @@ func (t *Table[T]) Columns() []columns.Column { return t.cols }
 func (t *Table[T]) ArrowSchema() *arrow.Schema {
 	t.once.Do(func() {
 		fields := make([]arrow.Field, len(t.cols))
+		plain := make([]arrow.Field, len(t.cols))
 		for i, c := range t.cols {
 			fields[i] = arrow.Field{Name: c.Name, Type: arrowType(c.Kind)}
+			plain[i] = fields[i]
 			if c.Kind == columns.String && c.Dict {
 				fields[i].Type = wireDictType
 			}
 		}
 		md := arrow.NewMetadata([]string{MetadataKey, VersionKey}, []string{t.name, t.Version()})
 		t.schema = arrow.NewSchema(fields, &md)
+		t.plainSchema = arrow.NewSchema(plain, &md)
 	})
 	return t.schema
+}
+
+// PlainArrowSchema is ArrowSchema with every string column plain utf8:
+// the wire form of writers before wire dictionaries (PlainStrings).
+func (t *Table[T]) PlainArrowSchema() *arrow.Schema {
+	t.ArrowSchema()
+	return t.plainSchema
 }
 
 // ParquetSchema returns the Parquet schema, derived from the generated
@@ -102,8 +114,14 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 }
 
 // ToArrow converts records to an Arrow record batch. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch {
-	return array.NewRecordBatch(t.ArrowSchema(), t.encode(recs), int64(len(recs)))
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, false) }
+
+func (t *Table[T]) toArrow(recs []T, plain bool) arrow.RecordBatch {
+	sc := t.ArrowSchema()
+	if plain {
+		sc = t.plainSchema
+	}
+	return array.NewRecordBatch(sc, t.encode(recs, plain), int64(len(recs)))
 }
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
@@ -221,6 +239,8 @@ func (s *stringColumn) array() arrow.Array {
 // first and small dictionaries are scanned (string equality compares
 // pointers first) before a map is built.
 type dictColumn struct {
+	plain   bool         // build utf8 instead (PlainStrings)
+	s       stringColumn // plain
 	keys    []int32
 	vals    []string // the dictionary; aliases the caller's strings
 	index   map[string]int32
@@ -233,7 +253,11 @@ type dictColumn struct {
 // hashing.
 const dictScan = 8
 
-func (c *dictColumn) reset(n int) {
+func (c *dictColumn) reset(n int, plain bool) {
+	if c.plain = plain; plain {
+		c.s.reset(n, 16)
+		return
+	}
 	c.keys = make([]int32, 0, n)
 	c.vals = c.vals[:0]
 	c.index = nil
@@ -241,6 +265,10 @@ func (c *dictColumn) reset(n int) {
 }
 
 func (c *dictColumn) add(v string) {
+	if c.plain {
+		c.s.add(v)
+		return
+	}
 	if p := unsafe.StringData(v); p == c.lastPtr && len(v) == c.lastLen {
 		c.keys = append(c.keys, c.lastKey)
 		return
@@ -277,6 +305,9 @@ func (c *dictColumn) lookup(v string) int32 {
 }
 
 func (c *dictColumn) array() arrow.Array {
+	if c.plain {
+		return c.s.array()
+	}
 	var d stringColumn
 	size := 0
 	for _, v := range c.vals {

@@ -82,20 +82,20 @@ type Flow struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 32
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeFlowColumns(recs []Flow) []arrow.Array {
+func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 	n := len(recs)
 	c0 := make([]int64, n)
 	c1 := make([]int64, n)
 	var c2 dictColumn
-	c2.reset(n)
+	c2.reset(n, plain)
 	var c3 dictColumn
-	c3.reset(n)
+	c3.reset(n, plain)
 	var c4 dictColumn
-	c4.reset(n)
+	c4.reset(n, plain)
 	var c5 dictColumn
-	c5.reset(n)
+	c5.reset(n, plain)
 	var c6 dictColumn
-	c6.reset(n)
+	c6.reset(n, plain)
 	c7 := make([]int32, n)
 	c8 := make([]int32, n)
 	c9 := make([]int32, n)
@@ -109,31 +109,31 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 	c15 := make([]int64, n)
 	c16 := make([]int64, n)
 	var c17 dictColumn
-	c17.reset(n)
+	c17.reset(n, plain)
 	var c18 dictColumn
-	c18.reset(n)
+	c18.reset(n, plain)
 	var c19 dictColumn
-	c19.reset(n)
+	c19.reset(n, plain)
 	var c20 dictColumn
-	c20.reset(n)
+	c20.reset(n, plain)
 	var c21 dictColumn
-	c21.reset(n)
+	c21.reset(n, plain)
 	var c22 dictColumn
-	c22.reset(n)
+	c22.reset(n, plain)
 	var c23 dictColumn
-	c23.reset(n)
+	c23.reset(n, plain)
 	var c24 dictColumn
-	c24.reset(n)
+	c24.reset(n, plain)
 	c25 := make([]int32, n)
 	var c26 dictColumn
-	c26.reset(n)
+	c26.reset(n, plain)
 	c27 := make([]int64, n)
 	c28 := make([]int32, n)
 	c29 := make([]int64, n)
 	var c30 dictColumn
-	c30.reset(n)
+	c30.reset(n, plain)
 	var c31 dictColumn
-	c31.reset(n)
+	c31.reset(n, plain)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart

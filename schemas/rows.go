@@ -60,7 +60,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row) []arrow.Array { return encodeRows(t, rows) }
+	t.encode = func(rows []Row, plain bool) []arrow.Array { return encodeRows(t, rows, plain) }
 	return t
 }
 
@@ -267,7 +267,7 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
 	n := len(rows)
 	out := make([]arrow.Array, len(t.cols))
 	for k, col := range t.cols {
@@ -289,9 +289,9 @@ func encodeRows(t *Table[Row], rows []Row) []arrow.Array {
 			}
 			out[k] = int32Array(v)
 		default:
-			if col.Dict {
+			if col.Dict && !plain {
 				var d dictColumn
-				d.reset(n)
+				d.reset(n, false)
 				for _, r := range rows {
 					d.add(r.String(k))
 				}

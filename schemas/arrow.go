@@ -30,9 +30,9 @@ const VersionKey = "tapflow.schema_version"
 // Parquet schema of one record type. FlowTable and MeterTable are the
 // tables; their methods are safe for concurrent use.
 type Table[T any] struct {
-	name   string
-	minor  int
-	cols   []columns.Column
+	name  string
+	minor int
+	cols  []columns.Column
 	// encode's second argument: Dict strings as plain utf8 (PlainStrings).
 	encode func([]T, bool) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error

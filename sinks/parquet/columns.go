@@ -58,6 +58,33 @@ type columnWriter struct {
 	colOf []int // Parquet leaf column → table column
 	kinds []columns.Kind
 	vals  []pq.Value
+	dicts []entryValues // per Parquet leaf column
+}
+
+// entryValues holds one dictionary-encoded string column of one chunk
+// with a Parquet value built once per dictionary entry, so a row costs
+// an index lookup. parquet-go still hashes every value it is given
+// (ColumnWriter.WriteRowValues → Dictionary.Insert, a map lookup per
+// value): it has no exported way to write dictionary indices, so the
+// hash is the price of its public API; docs/performance.md.
+type entryValues struct {
+	c    *schemas.Chunk
+	keys []int32 // nil: the chunk's column is plain utf8
+	vals []pq.Value
+}
+
+func (e *entryValues) load(c *schemas.Chunk, col int) {
+	e.c, e.keys, e.vals = c, c.DictKeys(col), e.vals[:0]
+	for k := range c.DictLen(col) {
+		e.vals = append(e.vals, pq.ByteArrayValue(c.DictEntry(col, k)))
+	}
+}
+
+// release drops the references into the chunk: a committed message must
+// not stay alive through the writer.
+func (e *entryValues) release() {
+	clear(e.vals[:cap(e.vals)])
+	e.c, e.keys, e.vals = nil, nil, e.vals[:0]
 }
 
 const columnStep = 4096
@@ -78,6 +105,7 @@ func newColumnWriter(out io.Writer, t *schemas.Table[schemas.Row], wopts []pq.Wr
 		cw.colOf = append(cw.colOf, k)
 		cw.kinds = append(cw.kinds, t.Columns()[k].Kind)
 	}
+	cw.dicts = make([]entryValues, len(cw.colOf))
 	return cw
 }
 
@@ -100,20 +128,35 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 					v = append(v, pq.Int32Value(r.Int32(k)))
 				}
 			default:
+				d := &c.dicts[p]
 				for _, r := range part {
-					v = append(v, pq.ByteArrayValue(r.Bytes(k)))
+					if r.Chunk() != d.c {
+						d.load(r.Chunk(), k)
+					}
+					if d.keys != nil {
+						v = append(v, d.vals[d.keys[r.Index()]])
+					} else {
+						v = append(v, pq.ByteArrayValue(r.Bytes(k)))
+					}
 				}
 			}
 			if _, err := cw.WriteRowValues(v); err != nil {
-				clear(c.vals[:cap(c.vals)])
+				c.release()
 				return start, fmt.Errorf("column %d: %w", p, err)
 			}
 		}
 	}
-	// Drop the references into the batch once, not per column: the
-	// buffer must not keep a committed message alive.
-	clear(c.vals[:cap(c.vals)])
+	c.release()
 	return len(rows), nil
+}
+
+// release drops the references into the batches once per Write, not per
+// column: the buffers must not keep a committed message alive.
+func (c *columnWriter) release() {
+	clear(c.vals[:cap(c.vals)])
+	for i := range c.dicts {
+		c.dicts[i].release()
+	}
 }
 
 func (c *columnWriter) Flush() error                          { return c.w.Flush() }

@@ -18,9 +18,10 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 )
 
-// Body encodes recs as a plain (codec none) flow.v1 Arrow IPC stream
-// with column name replaced by col (released by Body).
-func Body(recs []schemas.Flow, name string, col arrow.Array) ([]byte, error) {
+// Body encodes recs as a flow.v1 Arrow IPC stream (codec none, or opts:
+// ipc.WithLZ4() for a compressed dictionary bomb) with column name
+// replaced by col (released by Body).
+func Body(recs []schemas.Flow, name string, col arrow.Array, opts ...ipc.Option) ([]byte, error) {
 	defer col.Release()
 	rec := schemas.ToArrow(recs)
 	defer rec.Release()
@@ -38,7 +39,7 @@ func Body(recs []schemas.Flow, name string, col arrow.Array) ([]byte, error) {
 	out := array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, rec.NumRows())
 	defer out.Release()
 	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(out.Schema()))
+	w := ipc.NewWriter(&buf, append([]ipc.Option{ipc.WithSchema(out.Schema())}, opts...)...)
 	if err := w.Write(out); err != nil {
 		return nil, fmt.Errorf("wirecraft: %w", err)
 	}

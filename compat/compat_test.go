@@ -49,7 +49,10 @@ func writeOutput(t *testing.T, recs []schemas.Flow, batch int) string {
 	cfg.Output, cfg.Writer = dir, "compat"
 	cfg.RollSize = 1 << 20 // several files per partition
 	// The collector's path: messages as the agent encodes them, decoded
-	// into schemas.Row and written from their Arrow columns.
+	// into schemas.Row and written from their Arrow columns. Every other
+	// message has the plain utf8 strings of an agent before wire
+	// dictionaries (a rolling upgrade): files mix both, DuckDB must not
+	// tell.
 	s, err := parquet.NewFor(cfg, parquet.FlowRowSchema, parquet.Options{Node: "compat"})
 	if err != nil {
 		t.Fatal(err)
@@ -59,11 +62,12 @@ func writeOutput(t *testing.T, recs []schemas.Flow, batch int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	encs := []*schemas.Encoder{enc, enc.PlainStrings()}
 	dec := schemas.NewDecoderFor(schemas.FlowRows)
 	in := make(chan *pipeline.BatchOf[schemas.Row], len(recs)/batch+1)
 	failed := 0
 	for i := 0; i < len(recs); i += batch {
-		body, err := enc.Encode(nil, recs[i:min(i+batch, len(recs))])
+		body, err := encs[i/batch%2].Encode(nil, recs[i:min(i+batch, len(recs))])
 		if err != nil {
 			t.Fatal(err)
 		}

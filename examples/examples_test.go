@@ -46,25 +46,32 @@ func batches() (out [][]schemas.Flow, want map[[2]string]int64) {
 	return out, want
 }
 
+// publishAll publishes bs as a fleet in a rolling upgrade: the first
+// batch from an agent of before wire dictionaries (plain utf8 strings),
+// the rest from a current one (dictionary-encoded strings), so every
+// subscriber reads both forms.
 func publishAll(t *testing.T, s *transporttest.Server, codec string, bs [][]schemas.Flow) {
 	t.Helper()
 	cfg := transport.DefaultConfig()
 	cfg.Codec = codec
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-cmp1", Node: "cmp1", StateDir: t.TempDir(), NATS: cfg, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := make(chan *pipeline.Batch, len(bs))
-	for _, b := range bs {
-		in <- pipeline.NewBatch(b, func(err error) {
-			if err != nil {
-				t.Errorf("publish: %v", err)
-			}
-		})
-	}
-	close(in)
-	if err := pub.Run(context.Background(), in); err != nil {
-		t.Fatal(err)
+	for i, part := range [][][]schemas.Flow{bs[:1], bs[1:]} {
+		pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-cmp1-" + strconv.Itoa(i), Node: "cmp1", StateDir: t.TempDir(), NATS: cfg,
+			Logger: slog.New(slog.DiscardHandler), PlainStrings: i == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(chan *pipeline.Batch, len(part))
+		for _, b := range part {
+			in <- pipeline.NewBatch(b, func(err error) {
+				if err != nil {
+					t.Errorf("publish: %v", err)
+				}
+			})
+		}
+		close(in)
+		if err := pub.Run(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

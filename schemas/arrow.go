@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -29,17 +30,19 @@ const VersionKey = "tapflow.schema_version"
 // Parquet schema of one record type. FlowTable and MeterTable are the
 // tables; their methods are safe for concurrent use.
 type Table[T any] struct {
-	name   string
-	minor  int
-	cols   []columns.Column
-	encode func([]T) []arrow.Array
+	name  string
+	minor int
+	cols  []columns.Column
+	// encode's second argument: Dict strings as plain utf8 (PlainStrings).
+	encode func([]T, bool) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
 	parquet func() *parquet.Schema
 
-	once   sync.Once
-	schema *arrow.Schema
+	once        sync.Once
+	schema      *arrow.Schema
+	plainSchema *arrow.Schema // every string utf8: the wire form before dictionaries
 }
 
 // FlowTable is flow.v1.
@@ -71,18 +74,33 @@ func (t *Table[T]) ColumnIndex(name string) int {
 func (t *Table[T]) Columns() []columns.Column { return t.cols }
 
 // ArrowSchema returns the Arrow schema derived from the column table.
-// Strings are plain utf8 (the wire codec compresses repeats; the Parquet
-// writer dictionary-encodes), timestamps are µs UTC, counters int64.
+// Low-cardinality strings (Dict) are dictionary<int32, utf8> with one
+// dictionary per message; other strings are plain utf8; timestamps are
+// µs UTC, counters int64. Decoders accept either string form for any
+// string column (writers before wire dictionaries send utf8).
 func (t *Table[T]) ArrowSchema() *arrow.Schema {
 	t.once.Do(func() {
 		fields := make([]arrow.Field, len(t.cols))
+		plain := make([]arrow.Field, len(t.cols))
 		for i, c := range t.cols {
 			fields[i] = arrow.Field{Name: c.Name, Type: arrowType(c.Kind)}
+			plain[i] = fields[i]
+			if c.Kind == columns.String && c.Dict {
+				fields[i].Type = wireDictType
+			}
 		}
 		md := arrow.NewMetadata([]string{MetadataKey, VersionKey}, []string{t.name, t.Version()})
 		t.schema = arrow.NewSchema(fields, &md)
+		t.plainSchema = arrow.NewSchema(plain, &md)
 	})
 	return t.schema
+}
+
+// PlainArrowSchema is ArrowSchema with every string column plain utf8:
+// the wire form of writers before wire dictionaries (PlainStrings).
+func (t *Table[T]) PlainArrowSchema() *arrow.Schema {
+	t.ArrowSchema()
+	return t.plainSchema
 }
 
 // ParquetSchema returns the Parquet schema, derived from the generated
@@ -96,8 +114,14 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 }
 
 // ToArrow converts records to an Arrow record batch. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch {
-	return array.NewRecordBatch(t.ArrowSchema(), t.encode(recs), int64(len(recs)))
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, false) }
+
+func (t *Table[T]) toArrow(recs []T, plain bool) arrow.RecordBatch {
+	sc := t.ArrowSchema()
+	if plain {
+		sc = t.plainSchema
+	}
+	return array.NewRecordBatch(sc, t.encode(recs, plain), int64(len(recs)))
 }
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
@@ -145,6 +169,10 @@ func (t *Table[T]) FromArrow(rec arrow.RecordBatch, dst []T) ([]T, error) {
 func ArrowSchema() *arrow.Schema { return FlowTable.ArrowSchema() }
 
 var timestampUTC = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
+
+// wireDictType is the wire type of Dict string columns. int32 indices
+// are Arrow's default (pyarrow, arrow JS) and cover any batch size.
+var wireDictType = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}
 
 func arrowType(k columns.Kind) arrow.DataType {
 	switch k {
@@ -204,6 +232,131 @@ func (s *stringColumn) array() arrow.Array {
 	return array.MakeFromData(d)
 }
 
+// dictColumn builds a dictionary<int32, utf8> array: the distinct values
+// once, and one index per row. The agent's strings of one batch are
+// mostly the same few (node, agent_id, one tenant's ids), often the
+// same pointers, so the last value's pointer and length are checked
+// first and small dictionaries are scanned (string equality compares
+// pointers first) before a map is built.
+type dictColumn struct {
+	plain   bool         // build utf8 instead (PlainStrings)
+	s       stringColumn // plain
+	keys    []int32
+	vals    []string // the dictionary; aliases the caller's strings
+	index   map[string]int32
+	lastPtr *byte
+	lastLen int
+	lastKey int32
+	// macs keys binary MACs (FlowBin) to their entry, so a batch formats
+	// each distinct MAC once; macText holds those texts.
+	macs      map[uint64]int32
+	lastMAC   uint64
+	lastIsMAC bool // the last value came through addMAC
+	macText   []byte
+}
+
+// dictScan is the dictionary size up to which add scans instead of
+// hashing.
+const dictScan = 8
+
+func (c *dictColumn) reset(n int, plain bool) {
+	if c.plain = plain; plain {
+		c.s.reset(n, 16)
+		return
+	}
+	c.keys = make([]int32, 0, n)
+	c.vals = c.vals[:0]
+	c.index = nil
+	c.lastPtr, c.lastLen = nil, -1
+	c.macs, c.macText, c.lastIsMAC = nil, nil, false
+}
+
+// addMAC adds a binary MAC (FlowBin form): its text is formatted once per
+// distinct MAC in the message, not per row.
+func (c *dictColumn) addMAC(v uint64) {
+	if c.plain {
+		c.s.addMAC(v)
+		return
+	}
+	if c.macs == nil {
+		c.macs = make(map[uint64]int32, 16)
+	} else if c.lastIsMAC && v == c.lastMAC {
+		c.keys = append(c.keys, c.lastKey)
+		return
+	}
+	k, ok := c.macs[v]
+	if !ok {
+		start := len(c.macText)
+		c.macText = AppendMAC(c.macText, v)
+		k = c.lookup(string(c.macText[start:]))
+		c.macs[v] = k
+	}
+	c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, k, v, true
+	c.keys = append(c.keys, k)
+}
+
+func (c *dictColumn) add(v string) {
+	if c.plain {
+		c.s.add(v)
+		return
+	}
+	if p := unsafe.StringData(v); p == c.lastPtr && len(v) == c.lastLen {
+		c.keys = append(c.keys, c.lastKey)
+		return
+	}
+	k := c.lookup(v)
+	c.lastPtr, c.lastLen, c.lastKey, c.lastIsMAC = unsafe.StringData(v), len(v), k, false
+	c.keys = append(c.keys, k)
+}
+
+func (c *dictColumn) lookup(v string) int32 {
+	if c.index == nil {
+		for k, d := range c.vals {
+			if d == v {
+				return int32(k)
+			}
+		}
+		k := int32(len(c.vals))
+		c.vals = append(c.vals, v)
+		if len(c.vals) > dictScan {
+			c.index = make(map[string]int32, 2*len(c.vals))
+			for k, d := range c.vals {
+				c.index[d] = int32(k)
+			}
+		}
+		return k
+	}
+	if k, ok := c.index[v]; ok {
+		return k
+	}
+	k := int32(len(c.vals))
+	c.vals = append(c.vals, v)
+	c.index[v] = k
+	return k
+}
+
+func (c *dictColumn) array() arrow.Array {
+	if c.plain {
+		return c.s.array()
+	}
+	var d stringColumn
+	size := 0
+	for _, v := range c.vals {
+		size += len(v)
+	}
+	d.offsets = make([]int32, 1, len(c.vals)+1)
+	d.data = make([]byte, 0, size)
+	for _, v := range c.vals {
+		d.add(v)
+	}
+	dict := d.array()
+	defer dict.Release()
+	keys := int32Array(c.keys)
+	defer keys.Release()
+	c.vals, c.index = nil, nil // do not keep the records' strings alive
+	return array.NewDictionaryArray(wireDictType, keys, dict)
+}
+
 // zeroArray is n zero values of kind k: a column an older writer did not
 // have.
 func zeroArray(k columns.Kind, n int) arrow.Array {
@@ -239,6 +392,111 @@ func timestampArray(v []int64) arrow.Array {
 	d := array.NewData(timestampUTC, len(v), []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(v))}, nil, 0, 0)
 	defer d.Release()
 	return array.MakeFromData(d)
+}
+
+// strCol reads a string column of either wire form: plain utf8 (data,
+// offs) or a dictionary (keys into vals). Decoded strings never point into
+// Arrow memory.
+type strCol struct {
+	data string
+	offs []int32
+	keys []int32 // nil: plain
+	vals []string
+}
+
+func (s *strCol) at(i int) string {
+	if s.keys != nil {
+		return s.vals[s.keys[i]]
+	}
+	return s.data[s.offs[i]-s.offs[0] : s.offs[i+1]-s.offs[0]]
+}
+
+// stringsOf opens column name (n rows) as utf8 or dictionary<int, utf8>.
+func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
+	switch a := a.(type) {
+	case *array.String:
+		d, o := columnString(a)
+		return strCol{data: d, offs: o}, nil
+	case *array.Dictionary:
+		keys, dict, err := DictionaryStrings(name, a, n)
+		if err != nil {
+			return strCol{}, err
+		}
+		d, o := columnString(dict)
+		vals := make([]string, dict.Len())
+		for k := range vals {
+			vals[k] = d[o[k]-o[0] : o[k+1]-o[0]]
+		}
+		return strCol{keys: keys, vals: vals}, nil
+	}
+	return strCol{}, fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", name, a.DataType())
+}
+
+// maxDictSlack is how many entries a dictionary may hold beyond its
+// batch's rows: tapflow's writers send only used values, stock writers
+// may send a few unused ones (a sliced table); more is refused.
+const maxDictSlack = 4096
+
+// DictionaryStrings validates a dictionary-encoded string column of n rows
+// and returns its indices as int32 (aliasing the batch for int32 indices)
+// and its utf8 dictionary. It refuses a dictionary of another value type,
+// nulls in the indices or the dictionary, an index out of range and a
+// dictionary with more than maxDictSlack entries beyond n: clear errors,
+// never a panic.
+func DictionaryStrings(name string, a *array.Dictionary, n int) ([]int32, *array.String, error) {
+	dt, _ := a.DataType().(*arrow.DictionaryType)
+	dict, ok := a.Dictionary().(*array.String)
+	if !ok || dt == nil {
+		return nil, nil, fmt.Errorf("column %s: got %s, want dictionary<int32, utf8> (or plain utf8)", name, a.DataType())
+	}
+	m := dict.Len()
+	if m > n+maxDictSlack {
+		return nil, nil, fmt.Errorf("column %s: dictionary of %d entries for %d rows (at most %d beyond the rows)", name, m, n, maxDictSlack)
+	}
+	if a.NullN() > 0 || dict.NullN() > 0 {
+		return nil, nil, fmt.Errorf("column %s: nulls in the dictionary or its indices; tapflow columns are not nullable", name)
+	}
+	if a.Len() < n {
+		return nil, nil, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
+	}
+	var keys []int32
+	switch ix := a.Indices().(type) {
+	case *array.Int32:
+		keys = ix.Int32Values()[:n]
+	case *array.Int16:
+		keys = widen(ix.Int16Values()[:n])
+	case *array.Int8:
+		keys = widen(ix.Int8Values()[:n])
+	case *array.Uint8:
+		keys = widen(ix.Uint8Values()[:n])
+	case *array.Uint16:
+		keys = widen(ix.Uint16Values()[:n])
+	case *array.Int64:
+		v := ix.Int64Values()[:n]
+		keys = make([]int32, n)
+		for i, k := range v {
+			if k < 0 || k >= int64(m) {
+				return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+			}
+			keys[i] = int32(k)
+		}
+	default:
+		return nil, nil, fmt.Errorf("column %s: dictionary index type %s; use int8, int16, int32, int64, uint8 or uint16", name, dt.IndexType)
+	}
+	for i, k := range keys {
+		if uint32(k) >= uint32(m) {
+			return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+		}
+	}
+	return keys, dict, nil
+}
+
+func widen[K int8 | int16 | uint8 | uint16](v []K) []int32 {
+	out := make([]int32, len(v))
+	for i, k := range v {
+		out[i] = int32(k)
+	}
+	return out
 }
 
 // columnString copies the character data of a utf8 array into one Go

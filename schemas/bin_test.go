@@ -74,3 +74,44 @@ func TestDecodeClearsBinary(t *testing.T) {
 		t.Fatalf("decoded %+v", out[0])
 	}
 }
+
+// TestMixedBinaryAndTextInOneMessage: one message's dictionary column
+// takes binary MACs (keyed on the uint64) and text MACs (keyed on the
+// string) in any order, including an empty text MAC between two equal
+// binary ones; every row must decode to its own text, in both wire forms.
+func TestMixedBinaryAndTextInOneMessage(t *testing.T) {
+	bin := func(mac uint64) Flow {
+		return Flow{Direction: "tx", Zone: "miss", Bin: FlowBin{VMMAC: mac, PeerMAC: mac + 1, Valid: true, Dir: DirTX}}
+	}
+	text := func(mac string) Flow { return Flow{Direction: "tx", Zone: "miss", VMMAC: mac, PeerMAC: mac} }
+	recs := []Flow{
+		bin(0xfa163e000001), text(""), bin(0xfa163e000001), text("fa:16:3e:00:00:01"),
+		bin(0xfa163e000002), bin(0xfa163e000002), text("fa:16:3e:00:00:09"), bin(0xfa163e000001), text(""),
+	}
+	want := []string{"fa:16:3e:00:00:01", "", "fa:16:3e:00:00:01", "fa:16:3e:00:00:01",
+		"fa:16:3e:00:00:02", "fa:16:3e:00:00:02", "fa:16:3e:00:00:09", "fa:16:3e:00:00:01", ""}
+	for _, plain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dictionary", true: "plain"}[plain], func(t *testing.T) {
+			enc, err := NewEncoder(CodecNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plain {
+				enc = enc.PlainStrings()
+			}
+			body, err := enc.Encode(nil, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := NewDecoder().Decode(nil, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, f := range out {
+				if f.VMMAC != want[i] {
+					t.Errorf("row %d: vm_mac %q, want %q", i, f.VMMAC, want[i])
+				}
+			}
+		})
+	}
+}

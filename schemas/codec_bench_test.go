@@ -128,9 +128,14 @@ func benchCPU(b *testing.B, recs []schemas.Flow) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		runs = append(runs, &run{codec: c, encode: func(dst []byte) ([]byte, error) { return enc.Encode(dst, recs) }, decode: decode})
+		// <codec>-plain: the plain utf8 strings of agents before wire
+		// dictionaries, the baseline of the dictionary form.
+		penc := enc.PlainStrings()
+		runs = append(runs, &run{codec: c, encode: func(dst []byte) ([]byte, error) { return enc.Encode(dst, recs) }, decode: decode},
+			&run{codec: c + "-plain", encode: func(dst []byte) ([]byte, error) { return penc.Encode(dst, recs) }, decode: decode})
 	}
 	plain, _ := schemas.NewEncoder(schemas.CodecNone)
+	plain = plain.PlainStrings() // lz4-frame as measured before dictionaries
 	var ipcBuf []byte
 	var lzOut bytes.Buffer
 	lw := lz4.NewWriter(nil)
@@ -197,6 +202,17 @@ func benchCPU(b *testing.B, recs []schemas.Flow) {
 			b.ReportMetric(float64(r.encT)/float64(none.encT), r.codec+"_enc_vs_none")
 			b.ReportMetric(float64(r.decT)/float64(none.decT), r.codec+"_dec_vs_none")
 		}
+	}
+	// Dictionary vs plain strings, per codec, same run.
+	byCodec := map[string]*run{}
+	for _, r := range runs {
+		byCodec[r.codec] = r
+	}
+	for _, c := range schemas.Codecs {
+		d, p := byCodec[c], byCodec[c+"-plain"]
+		b.ReportMetric(float64(d.encT)/float64(p.encT), c+"_dict_enc_vs_plain")
+		b.ReportMetric(float64(d.rowsT)/float64(p.rowsT), c+"_dict_dec_rows_vs_plain")
+		b.ReportMetric(float64(len(d.body))/float64(len(p.body)), c+"_dict_B_vs_plain")
 	}
 }
 

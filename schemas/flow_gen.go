@@ -84,20 +84,20 @@ type Flow struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 32
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeFlowColumns(recs []Flow) []arrow.Array {
+func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 	n := len(recs)
 	c0 := make([]int64, n)
 	c1 := make([]int64, n)
-	var c2 stringColumn
-	c2.reset(n, 16)
-	var c3 stringColumn
-	c3.reset(n, 16)
-	var c4 stringColumn
-	c4.reset(n, 16)
-	var c5 stringColumn
-	c5.reset(n, 16)
-	var c6 stringColumn
-	c6.reset(n, 16)
+	var c2 dictColumn
+	c2.reset(n, plain)
+	var c3 dictColumn
+	c3.reset(n, plain)
+	var c4 dictColumn
+	c4.reset(n, plain)
+	var c5 dictColumn
+	c5.reset(n, plain)
+	var c6 dictColumn
+	c6.reset(n, plain)
 	c7 := make([]int32, n)
 	c8 := make([]int32, n)
 	c9 := make([]int32, n)
@@ -110,32 +110,32 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 	c14 := make([]int32, n)
 	c15 := make([]int64, n)
 	c16 := make([]int64, n)
-	var c17 stringColumn
-	c17.reset(n, 16)
-	var c18 stringColumn
-	c18.reset(n, 16)
-	var c19 stringColumn
-	c19.reset(n, 16)
-	var c20 stringColumn
-	c20.reset(n, 16)
-	var c21 stringColumn
-	c21.reset(n, 16)
-	var c22 stringColumn
-	c22.reset(n, 16)
-	var c23 stringColumn
-	c23.reset(n, 16)
-	var c24 stringColumn
-	c24.reset(n, 16)
+	var c17 dictColumn
+	c17.reset(n, plain)
+	var c18 dictColumn
+	c18.reset(n, plain)
+	var c19 dictColumn
+	c19.reset(n, plain)
+	var c20 dictColumn
+	c20.reset(n, plain)
+	var c21 dictColumn
+	c21.reset(n, plain)
+	var c22 dictColumn
+	c22.reset(n, plain)
+	var c23 dictColumn
+	c23.reset(n, plain)
+	var c24 dictColumn
+	c24.reset(n, plain)
 	c25 := make([]int32, n)
-	var c26 stringColumn
-	c26.reset(n, 16)
+	var c26 dictColumn
+	c26.reset(n, plain)
 	c27 := make([]int64, n)
 	c28 := make([]int32, n)
 	c29 := make([]int64, n)
-	var c30 stringColumn
-	c30.reset(n, 16)
-	var c31 stringColumn
-	c31.reset(n, 16)
+	var c30 dictColumn
+	c30.reset(n, plain)
+	var c31 dictColumn
+	c31.reset(n, plain)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart
@@ -216,8 +216,9 @@ func encodeFlowColumns(recs []Flow) []arrow.Array {
 
 // decodeFlowColumns fills recs (len = rows) from the arrays of a record
 // batch; idx maps each column of the table to its position in the batch.
-// Each string column is copied once into one Go string and the fields are
-// slices of it: no allocation and no hashing per value. One pass over the
+// Each string column (utf8 or dictionary) is copied once into one Go
+// string and the fields are slices of it: no allocation and no hashing
+// per value. One pass over the
 // records sets every field.
 func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 	a0, ok := cols[idx[0]].(*array.Timestamp)
@@ -230,31 +231,26 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		return fmt.Errorf("column time_end: got %s, want timestamp[us]", cols[idx[1]].DataType())
 	}
 	v1 := a1.TimestampValues()
-	a2, ok := cols[idx[2]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column node: got %s, want utf8", cols[idx[2]].DataType())
+	s2, err := stringsOf("node", cols[idx[2]], len(recs))
+	if err != nil {
+		return err
 	}
-	d2, o2 := columnString(a2)
-	a3, ok := cols[idx[3]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column ifname: got %s, want utf8", cols[idx[3]].DataType())
+	s3, err := stringsOf("ifname", cols[idx[3]], len(recs))
+	if err != nil {
+		return err
 	}
-	d3, o3 := columnString(a3)
-	a4, ok := cols[idx[4]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column direction: got %s, want utf8", cols[idx[4]].DataType())
+	s4, err := stringsOf("direction", cols[idx[4]], len(recs))
+	if err != nil {
+		return err
 	}
-	d4, o4 := columnString(a4)
-	a5, ok := cols[idx[5]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column vm_mac: got %s, want utf8", cols[idx[5]].DataType())
+	s5, err := stringsOf("vm_mac", cols[idx[5]], len(recs))
+	if err != nil {
+		return err
 	}
-	d5, o5 := columnString(a5)
-	a6, ok := cols[idx[6]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column peer_mac: got %s, want utf8", cols[idx[6]].DataType())
+	s6, err := stringsOf("peer_mac", cols[idx[6]], len(recs))
+	if err != nil {
+		return err
 	}
-	d6, o6 := columnString(a6)
 	a7, ok := cols[idx[7]].(*array.Int32)
 	if !ok {
 		return fmt.Errorf("column vlan_id: got %s, want int32", cols[idx[7]].DataType())
@@ -270,16 +266,14 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		return fmt.Errorf("column protocol: got %s, want int32", cols[idx[9]].DataType())
 	}
 	v9 := a9.Int32Values()
-	a10, ok := cols[idx[10]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column src_ip: got %s, want utf8", cols[idx[10]].DataType())
+	s10, err := stringsOf("src_ip", cols[idx[10]], len(recs))
+	if err != nil {
+		return err
 	}
-	d10, o10 := columnString(a10)
-	a11, ok := cols[idx[11]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column dst_ip: got %s, want utf8", cols[idx[11]].DataType())
+	s11, err := stringsOf("dst_ip", cols[idx[11]], len(recs))
+	if err != nil {
+		return err
 	}
-	d11, o11 := columnString(a11)
 	a12, ok := cols[idx[12]].(*array.Int32)
 	if !ok {
 		return fmt.Errorf("column src_port: got %s, want int32", cols[idx[12]].DataType())
@@ -305,56 +299,47 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		return fmt.Errorf("column bytes: got %s, want int64", cols[idx[16]].DataType())
 	}
 	v16 := a16.Int64Values()
-	a17, ok := cols[idx[17]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column end_reason: got %s, want utf8", cols[idx[17]].DataType())
+	s17, err := stringsOf("end_reason", cols[idx[17]], len(recs))
+	if err != nil {
+		return err
 	}
-	d17, o17 := columnString(a17)
-	a18, ok := cols[idx[18]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column tenant_id: got %s, want utf8", cols[idx[18]].DataType())
+	s18, err := stringsOf("tenant_id", cols[idx[18]], len(recs))
+	if err != nil {
+		return err
 	}
-	d18, o18 := columnString(a18)
-	a19, ok := cols[idx[19]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column server_id: got %s, want utf8", cols[idx[19]].DataType())
+	s19, err := stringsOf("server_id", cols[idx[19]], len(recs))
+	if err != nil {
+		return err
 	}
-	d19, o19 := columnString(a19)
-	a20, ok := cols[idx[20]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column port_id: got %s, want utf8", cols[idx[20]].DataType())
+	s20, err := stringsOf("port_id", cols[idx[20]], len(recs))
+	if err != nil {
+		return err
 	}
-	d20, o20 := columnString(a20)
-	a21, ok := cols[idx[21]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column zone: got %s, want utf8", cols[idx[21]].DataType())
+	s21, err := stringsOf("zone", cols[idx[21]], len(recs))
+	if err != nil {
+		return err
 	}
-	d21, o21 := columnString(a21)
-	a22, ok := cols[idx[22]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column peer_tenant_id: got %s, want utf8", cols[idx[22]].DataType())
+	s22, err := stringsOf("peer_tenant_id", cols[idx[22]], len(recs))
+	if err != nil {
+		return err
 	}
-	d22, o22 := columnString(a22)
-	a23, ok := cols[idx[23]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column external_network: got %s, want utf8", cols[idx[23]].DataType())
+	s23, err := stringsOf("external_network", cols[idx[23]], len(recs))
+	if err != nil {
+		return err
 	}
-	d23, o23 := columnString(a23)
-	a24, ok := cols[idx[24]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column lb_id: got %s, want utf8", cols[idx[24]].DataType())
+	s24, err := stringsOf("lb_id", cols[idx[24]], len(recs))
+	if err != nil {
+		return err
 	}
-	d24, o24 := columnString(a24)
 	a25, ok := cols[idx[25]].(*array.Int32)
 	if !ok {
 		return fmt.Errorf("column lb_segment: got %s, want int32", cols[idx[25]].DataType())
 	}
 	v25 := a25.Int32Values()
-	a26, ok := cols[idx[26]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column agent_id: got %s, want utf8", cols[idx[26]].DataType())
+	s26, err := stringsOf("agent_id", cols[idx[26]], len(recs))
+	if err != nil {
+		return err
 	}
-	d26, o26 := columnString(a26)
 	a27, ok := cols[idx[27]].(*array.Int64)
 	if !ok {
 		return fmt.Errorf("column batch_seq: got %s, want int64", cols[idx[27]].DataType())
@@ -370,50 +355,48 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		return fmt.Errorf("column metadata_version: got %s, want int64", cols[idx[29]].DataType())
 	}
 	v29 := a29.Int64Values()
-	a30, ok := cols[idx[30]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column pool_id: got %s, want utf8", cols[idx[30]].DataType())
+	s30, err := stringsOf("pool_id", cols[idx[30]], len(recs))
+	if err != nil {
+		return err
 	}
-	d30, o30 := columnString(a30)
-	a31, ok := cols[idx[31]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column member_id: got %s, want utf8", cols[idx[31]].DataType())
+	s31, err := stringsOf("member_id", cols[idx[31]], len(recs))
+	if err != nil {
+		return err
 	}
-	d31, o31 := columnString(a31)
 	for i := range recs {
 		r := &recs[i]
 		r.TimeStart = int64(v0[i])
 		r.TimeEnd = int64(v1[i])
-		r.Node = d2[o2[i]-o2[0] : o2[i+1]-o2[0]]
-		r.Ifname = d3[o3[i]-o3[0] : o3[i+1]-o3[0]]
-		r.Direction = d4[o4[i]-o4[0] : o4[i+1]-o4[0]]
-		r.VMMAC = d5[o5[i]-o5[0] : o5[i+1]-o5[0]]
-		r.PeerMAC = d6[o6[i]-o6[0] : o6[i+1]-o6[0]]
+		r.Node = s2.at(i)
+		r.Ifname = s3.at(i)
+		r.Direction = s4.at(i)
+		r.VMMAC = s5.at(i)
+		r.PeerMAC = s6.at(i)
 		r.VLANID = v7[i]
 		r.IPVersion = v8[i]
 		r.Protocol = v9[i]
-		r.SrcIP = d10[o10[i]-o10[0] : o10[i+1]-o10[0]]
-		r.DstIP = d11[o11[i]-o11[0] : o11[i+1]-o11[0]]
+		r.SrcIP = s10.at(i)
+		r.DstIP = s11.at(i)
 		r.SrcPort = v12[i]
 		r.DstPort = v13[i]
 		r.TCPFlags = v14[i]
 		r.Packets = v15[i]
 		r.Bytes = v16[i]
-		r.EndReason = d17[o17[i]-o17[0] : o17[i+1]-o17[0]]
-		r.TenantID = d18[o18[i]-o18[0] : o18[i+1]-o18[0]]
-		r.ServerID = d19[o19[i]-o19[0] : o19[i+1]-o19[0]]
-		r.PortID = d20[o20[i]-o20[0] : o20[i+1]-o20[0]]
-		r.Zone = d21[o21[i]-o21[0] : o21[i+1]-o21[0]]
-		r.PeerTenantID = d22[o22[i]-o22[0] : o22[i+1]-o22[0]]
-		r.ExternalNetwork = d23[o23[i]-o23[0] : o23[i+1]-o23[0]]
-		r.LBID = d24[o24[i]-o24[0] : o24[i+1]-o24[0]]
+		r.EndReason = s17.at(i)
+		r.TenantID = s18.at(i)
+		r.ServerID = s19.at(i)
+		r.PortID = s20.at(i)
+		r.Zone = s21.at(i)
+		r.PeerTenantID = s22.at(i)
+		r.ExternalNetwork = s23.at(i)
+		r.LBID = s24.at(i)
 		r.LBSegment = v25[i]
-		r.AgentID = d26[o26[i]-o26[0] : o26[i+1]-o26[0]]
+		r.AgentID = s26.at(i)
 		r.BatchSeq = v27[i]
 		r.RecordIndex = v28[i]
 		r.MetadataVersion = v29[i]
-		r.PoolID = d30[o30[i]-o30[0] : o30[i+1]-o30[0]]
-		r.MemberID = d31[o31[i]-o31[0] : o31[i+1]-o31[0]]
+		r.PoolID = s30.at(i)
+		r.MemberID = s31.at(i)
 		r.Bin.Valid = false // decoded records are text
 	}
 	return nil

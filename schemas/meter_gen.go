@@ -46,24 +46,24 @@ type Meter struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 14
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeMeterColumns(recs []Meter) []arrow.Array {
+func encodeMeterColumns(recs []Meter, plain bool) []arrow.Array {
 	n := len(recs)
 	c0 := make([]int64, n)
 	c1 := make([]int64, n)
-	var c2 stringColumn
-	c2.reset(n, 16)
-	var c3 stringColumn
-	c3.reset(n, 16)
-	var c4 stringColumn
-	c4.reset(n, 16)
+	var c2 dictColumn
+	c2.reset(n, plain)
+	var c3 dictColumn
+	c3.reset(n, plain)
+	var c4 dictColumn
+	c4.reset(n, plain)
 	c5 := make([]int64, n)
 	c6 := make([]int64, n)
 	c7 := make([]int64, n)
 	c8 := make([]int64, n)
 	c9 := make([]int64, n)
 	c10 := make([]int64, n)
-	var c11 stringColumn
-	c11.reset(n, 16)
+	var c11 dictColumn
+	c11.reset(n, plain)
 	c12 := make([]int64, n)
 	c13 := make([]int32, n)
 	for i := range recs {
@@ -103,8 +103,9 @@ func encodeMeterColumns(recs []Meter) []arrow.Array {
 
 // decodeMeterColumns fills recs (len = rows) from the arrays of a record
 // batch; idx maps each column of the table to its position in the batch.
-// Each string column is copied once into one Go string and the fields are
-// slices of it: no allocation and no hashing per value. One pass over the
+// Each string column (utf8 or dictionary) is copied once into one Go
+// string and the fields are slices of it: no allocation and no hashing
+// per value. One pass over the
 // records sets every field.
 func decodeMeterColumns(cols []arrow.Array, idx []int, recs []Meter) error {
 	a0, ok := cols[idx[0]].(*array.Timestamp)
@@ -117,21 +118,18 @@ func decodeMeterColumns(cols []arrow.Array, idx []int, recs []Meter) error {
 		return fmt.Errorf("column time_end: got %s, want timestamp[us]", cols[idx[1]].DataType())
 	}
 	v1 := a1.TimestampValues()
-	a2, ok := cols[idx[2]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column node: got %s, want utf8", cols[idx[2]].DataType())
+	s2, err := stringsOf("node", cols[idx[2]], len(recs))
+	if err != nil {
+		return err
 	}
-	d2, o2 := columnString(a2)
-	a3, ok := cols[idx[3]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column ifname: got %s, want utf8", cols[idx[3]].DataType())
+	s3, err := stringsOf("ifname", cols[idx[3]], len(recs))
+	if err != nil {
+		return err
 	}
-	d3, o3 := columnString(a3)
-	a4, ok := cols[idx[4]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column direction: got %s, want utf8", cols[idx[4]].DataType())
+	s4, err := stringsOf("direction", cols[idx[4]], len(recs))
+	if err != nil {
+		return err
 	}
-	d4, o4 := columnString(a4)
 	a5, ok := cols[idx[5]].(*array.Int64)
 	if !ok {
 		return fmt.Errorf("column packets: got %s, want int64", cols[idx[5]].DataType())
@@ -162,11 +160,10 @@ func decodeMeterColumns(cols []arrow.Array, idx []int, recs []Meter) error {
 		return fmt.Errorf("column skipped_non_ip: got %s, want int64", cols[idx[10]].DataType())
 	}
 	v10 := a10.Int64Values()
-	a11, ok := cols[idx[11]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column agent_id: got %s, want utf8", cols[idx[11]].DataType())
+	s11, err := stringsOf("agent_id", cols[idx[11]], len(recs))
+	if err != nil {
+		return err
 	}
-	d11, o11 := columnString(a11)
 	a12, ok := cols[idx[12]].(*array.Int64)
 	if !ok {
 		return fmt.Errorf("column batch_seq: got %s, want int64", cols[idx[12]].DataType())
@@ -181,16 +178,16 @@ func decodeMeterColumns(cols []arrow.Array, idx []int, recs []Meter) error {
 		r := &recs[i]
 		r.TimeStart = int64(v0[i])
 		r.TimeEnd = int64(v1[i])
-		r.Node = d2[o2[i]-o2[0] : o2[i+1]-o2[0]]
-		r.Ifname = d3[o3[i]-o3[0] : o3[i+1]-o3[0]]
-		r.Direction = d4[o4[i]-o4[0] : o4[i+1]-o4[0]]
+		r.Node = s2.at(i)
+		r.Ifname = s3.at(i)
+		r.Direction = s4.at(i)
 		r.Packets = v5[i]
 		r.Bytes = v6[i]
 		r.LostPackets = v7[i]
 		r.LostBytes = v8[i]
 		r.FailedUpdates = v9[i]
 		r.SkippedNonIP = v10[i]
-		r.AgentID = d11[o11[i]-o11[0] : o11[i+1]-o11[0]]
+		r.AgentID = s11.at(i)
 		r.BatchSeq = v12[i]
 		r.RecordIndex = v13[i]
 	}

@@ -38,6 +38,9 @@ type chunkColumn struct {
 	i32  []int32
 	offs []int32 // strings: value i is data[offs[i]-offs[0] : offs[i+1]-offs[0]]
 	data []byte
+	// keys: a dictionary-encoded string column's index per row; offs and
+	// data are then the dictionary's. nil: plain utf8.
+	keys []int32
 }
 
 // Row is one row of a Chunk, by reference (16 bytes). Rows sort, filter
@@ -57,7 +60,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row) []arrow.Array { return encodeRows(t, rows) }
+	t.encode = func(rows []Row, plain bool) []arrow.Array { return encodeRows(t, rows, plain) }
 	return t
 }
 
@@ -88,8 +91,15 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 			cc.i32 = v.Int32Values()
 		case columns.String:
 			v, ok := a.(*array.String)
+			if d, isDict := a.(*array.Dictionary); isDict {
+				keys, dict, err := DictionaryStrings(col.Name, d, c.n)
+				if err != nil {
+					return err
+				}
+				v, ok, cc.keys = dict, true, keys
+			}
 			if !ok {
-				return fmt.Errorf("column %s: got %s, want utf8", col.Name, a.DataType())
+				return fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", col.Name, a.DataType())
 			}
 			cc.offs, cc.data = v.ValueOffsets(), v.ValueBytes()
 			if len(cc.offs) == 0 {
@@ -98,7 +108,7 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 		default:
 			return fmt.Errorf("column %s: kind %d has no row form", col.Name, col.Kind)
 		}
-		if have := max(len(cc.i64), len(cc.i32), len(cc.offs)-1); have < c.n {
+		if have := max(len(cc.i64), len(cc.i32), len(cc.offs)-1, len(cc.keys)); have < c.n {
 			return fmt.Errorf("column %s: %d values for %d rows", col.Name, have, c.n)
 		}
 		c.cols[k] = cc
@@ -156,9 +166,35 @@ func (c *Chunk) internAgents() error {
 }
 
 func (cc *chunkColumn) bytes(i int) []byte {
-	base := cc.offs[0]
-	return cc.data[cc.offs[i]-base : cc.offs[i+1]-base]
+	if cc.keys != nil {
+		i = int(cc.keys[i])
+	}
+	return cc.entry(i)
 }
+
+func (cc *chunkColumn) entry(k int) []byte {
+	base := cc.offs[0]
+	return cc.data[cc.offs[k]-base : cc.offs[k+1]-base]
+}
+
+// DictKeys returns the dictionary index of every row of a
+// dictionary-encoded string column (aliasing or widened from the
+// batch's indices, each checked in range), nil for a plain column or
+// another kind. The entries are DictEntry(col, k), k < DictLen(col).
+func (c *Chunk) DictKeys(col int) []int32 { return c.cols[col].keys }
+
+// DictLen is the number of dictionary entries of a dictionary-encoded
+// string column (0 for a plain one).
+func (c *Chunk) DictLen(col int) int {
+	if c.cols[col].keys == nil {
+		return 0
+	}
+	return len(c.cols[col].offs) - 1
+}
+
+// DictEntry is entry k of a dictionary-encoded string column; it aliases
+// the batch's memory.
+func (c *Chunk) DictEntry(col, k int) []byte { return c.cols[col].entry(k) }
 
 // Len is the number of rows.
 func (c *Chunk) Len() int { return c.n }
@@ -231,7 +267,7 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
 	n := len(rows)
 	out := make([]arrow.Array, len(t.cols))
 	for k, col := range t.cols {
@@ -253,6 +289,15 @@ func encodeRows(t *Table[Row], rows []Row) []arrow.Array {
 			}
 			out[k] = int32Array(v)
 		default:
+			if col.Dict && !plain {
+				var d dictColumn
+				d.reset(n, false)
+				for _, r := range rows {
+					d.add(r.String(k))
+				}
+				out[k] = d.array()
+				continue
+			}
 			var s stringColumn
 			s.reset(n, 16)
 			for _, r := range rows {

@@ -64,7 +64,9 @@ type EncoderOf[T any] struct {
 	opts  []ipc.Option
 	zstd  bool
 	codec string
-	plain sync.Pool // *bytes.Buffer for the uncompressed stream
+	// plainStrings: Dict columns as utf8 (PlainStrings).
+	plainStrings bool
+	plain        sync.Pool // *bytes.Buffer for the uncompressed stream
 }
 
 // NewEncoder returns a flow.v1 Encoder for codec (see ValidCodec).
@@ -89,6 +91,16 @@ func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
 	}
 	e.opts, e.codec = opts, codec
 	return e, nil
+}
+
+// PlainStrings returns an encoder like e (a fresh one: call it before
+// use) that sends every string column as plain utf8, the wire form of
+// agents before wire dictionaries: for tests of mixed fleets and for
+// measuring one form against the other. Decoders accept both.
+func (e *EncoderOf[T]) PlainStrings() *EncoderOf[T] {
+	opts := slices.Clone(e.opts)
+	opts[0] = ipc.WithSchema(e.t.PlainArrowSchema())
+	return &EncoderOf[T]{t: e.t, opts: opts, zstd: e.zstd, codec: e.codec, plainStrings: true}
 }
 
 // Codec is the wire codec name (the Tapflow-Codec header value).
@@ -117,7 +129,7 @@ func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 
 func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	rec := e.t.ToArrow(recs)
+	rec := e.t.toArrow(recs, e.plainStrings)
 	defer rec.Release()
 	w := ipc.NewWriter(buf, e.opts...)
 	if err := w.Write(rec); err != nil {

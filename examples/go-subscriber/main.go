@@ -132,13 +132,13 @@ func add(totals map[[2]string]int64, msg jetstream.Msg, zd *zstd.Decoder) (int64
 	var n int64
 	for r.Next() {
 		rec := r.RecordBatch()
-		tenant, zone := column[*array.String](rec, "tenant_id"), column[*array.String](rec, "zone")
+		tenant, zone := stringColumn(rec, "tenant_id"), stringColumn(rec, "zone")
 		byts := column[*array.Int64](rec, "bytes")
 		if tenant == nil || zone == nil || byts == nil {
-			return n, errors.New("tenant_id, zone or bytes missing")
+			return n, errors.New("tenant_id, zone or bytes missing (or not strings)")
 		}
 		for i := range int(rec.NumRows()) {
-			totals[[2]string{tenant.Value(i), zone.Value(i)}] += byts.Value(i)
+			totals[[2]string{tenant(i), zone(i)}] += byts.Value(i)
 		}
 		n += rec.NumRows()
 	}
@@ -157,6 +157,25 @@ func column[A arrow.Array](rec arrow.RecordBatch, name string) A {
 	}
 	a, _ := rec.Column(idx[0]).(A)
 	return a
+}
+
+// stringColumn reads a string column in either wire form: tapflow agents
+// send low-cardinality strings (tenant_id, zone, …) dictionary-encoded,
+// agents from before that plain utf8, so both occur during an upgrade.
+func stringColumn(rec arrow.RecordBatch, name string) func(int) string {
+	idx := rec.Schema().FieldIndices(name)
+	if len(idx) != 1 {
+		return nil
+	}
+	switch a := rec.Column(idx[0]).(type) {
+	case *array.String:
+		return a.Value
+	case *array.Dictionary:
+		if dict, ok := a.Dictionary().(*array.String); ok {
+			return func(i int) string { return dict.Value(a.GetValueIndex(i)) }
+		}
+	}
+	return nil
 }
 
 func printTable(totals map[[2]string]int64) {

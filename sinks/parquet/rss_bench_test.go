@@ -26,27 +26,47 @@ import (
 )
 
 const (
-	rssBatch    = 16384 // records per NATS message (agent batch)
-	rssMessages = 320   // 5.2 M records per iteration
-	rssHours    = 8     // every message spans 8 hours: 8 open files
+	rssBatch = 16384 // records per NATS message (agent batch)
+	rssHours = 8     // every message spans 8 hours: 8 open files
 )
+
+// rssMessages is 320 messages (5.2 M records) per iteration, or
+// TAPFLOW_BENCH_RSS_MESSAGES: fewer for interleaved repeats on a loaded
+// machine (the peak RSS figures need the 320).
+var rssMessages = func() int {
+	if n, err := strconv.Atoi(os.Getenv("TAPFLOW_BENCH_RSS_MESSAGES")); err == nil && n > 0 {
+		return n
+	}
+	return 320
+}()
 
 // rssMessagesWire are the wire bodies (Arrow IPC) of 8 distinct
 // messages (≈15 MiB in all with zstd, part of the RSS measured), each of
 // rssBatch records spread over rssHours hours in time_end order, per
 // codec: zstd (the agent's default until lz4 became it; the edge=N
 // history is measured with it) and lz4 (columns-lz4: today's default).
-var rssMessagesWire = map[string]func() [][]byte{
-	schemas.CodecZstd: sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecZstd) }),
-	schemas.CodecLZ4:  sync.OnceValue(func() [][]byte { return encodeRSSMessages(schemas.CodecLZ4) }),
+//
+// Messages are in the agent's wire form, dictionary-encoded strings; the
+// "-plain" keys are the utf8 form of agents before wire dictionaries
+// (the baseline of the dictionary path, same run).
+var rssMessagesWire = map[string]func() [][]byte{}
+
+func init() {
+	for _, codec := range []string{schemas.CodecZstd, schemas.CodecLZ4, schemas.CodecNone} {
+		rssMessagesWire[codec] = sync.OnceValue(func() [][]byte { return encodeRSSMessages(codec, false) })
+		rssMessagesWire[codec+"-plain"] = sync.OnceValue(func() [][]byte { return encodeRSSMessages(codec, true) })
+	}
 }
 
-func encodeRSSMessages(codec string) [][]byte {
+func encodeRSSMessages(codec string, plain bool) [][]byte {
 	const distinct = 8
 	all := parquettest.Flows(parquettest.Spec{Records: distinct * rssBatch, Span: rssHours*time.Hour - time.Minute})
 	enc, err := schemas.NewEncoder(codec)
 	if err != nil {
 		panic(err)
+	}
+	if plain {
+		enc = enc.PlainStrings()
 	}
 	out := make([][]byte, distinct)
 	for k := range out {
@@ -165,7 +185,11 @@ func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[sch
 // columns/edge=N is the collector's path (schemas.Row: Arrow columns
 // written straight into the Parquet column writers, FlowRowSchema), all
 // on zstd messages; columns-lz4/edge=2 is the collector's path on lz4
-// messages, the agent's default wire codec now.
+// messages, the agent's default wire codec now. Messages carry
+// dictionary-encoded strings (the agent's wire form since issue 16);
+// columns-<codec>-plain/edge=2 is the same on the plain utf8 form of
+// older agents, the baseline of the wire dictionaries (codec none, lz4,
+// zstd; columns-none/edge=2 the dictionary form without compression).
 //
 // Reported: records/s (wall), records/cpu-s (≈ per core), peak-RSS-MiB
 // (VmHWM of the process, reset before each run via /proc/self/clear_refs),
@@ -179,6 +203,10 @@ func BenchmarkCollectorRSS(b *testing.B) {
 		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, true, schemas.CodecZstd) })
 	}
 	b.Run("columns-lz4/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecLZ4) })
+	b.Run("columns-none/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecNone) })
+	for _, codec := range []string{schemas.CodecZstd, schemas.CodecLZ4, schemas.CodecNone} {
+		b.Run("columns-"+codec+"-plain/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, codec+"-plain") })
+	}
 }
 
 // collectorRun is one pipeline of either path.
@@ -240,7 +268,7 @@ func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
 		close(stop)
 		peakHeap = max(peakHeap, <-heapDone)
 		peakRSS = max(peakRSS, vmHWM(b))
-		if acked.Load() != rssMessages || nacks.Load() != 0 {
+		if acked.Load() != int64(rssMessages) || nacks.Load() != 0 {
 			b.Fatalf("acks: %d ok, %d failed; want %d ok", acked.Load(), nacks.Load(), rssMessages)
 		}
 		diskBytes = dirBytes(dir)

@@ -3,14 +3,18 @@ package consume_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
+	"github.com/tapflow/tapflow/internal/testkit/wirecraft"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -93,6 +97,17 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 		{"more than max_batch_records", "cmp1", "agent-x-11", encodeFlows(t, stamped(501, "cmp1", 11, now)), consume.ReasonSize},
 		{"zstd bomb: 100k empty rows in a few KB", "cmp1", "agent-x-12", encodeFlows(t, make([]schemas.Flow, 100_000)), consume.ReasonSize},
 		good(300, 13),
+		{"dictionary index out of range", "cmp1", "agent-x-14", craft(t, stamped(10, "cmp1", 14, now), "zone",
+			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, 7, 2), wirecraft.Strings("same_tenant", "external"))), consume.ReasonDecode},
+		{"dictionary of int64 values", "cmp1", "agent-x-15", craft(t, stamped(10, "cmp1", 15, now), "tenant_id",
+			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Int64s(1, 2))), consume.ReasonDecode},
+		{"dictionary of 4107 entries for 10 rows", "cmp1", "agent-x-16", craft(t, stamped(10, "cmp1", 16, now), "port_id",
+			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.NStrings(10+4097))), consume.ReasonDecode},
+		{"dictionary of 2 MiB", "cmp1", "agent-x-17", craft(t, stamped(10, "cmp1", 17, now), "server_id",
+			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20)))), consume.ReasonSize},
+		{"dictionary bomb: 2 MiB in a few KB of lz4", "cmp1", "agent-x-19", craft(t, stamped(10, "cmp1", 19, now), "server_id",
+			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20))), ipc.WithLZ4()), consume.ReasonSize},
+		{"good, plain utf8 (agent before wire dictionaries)", "cmp1", "agent-x-18", encodePlain(t, stamped(50, "cmp1", 18, now)), ""},
 	}
 	want := map[string]int{}
 	wantRecords := 0
@@ -197,6 +212,31 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 	if info, err := c.Info(context.Background()); err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Fatalf("consumer left pending=%d ack_pending=%d (%v)", info.NumPending, info.NumAckPending, err)
 	}
+}
+
+// craft is recs as a plain Arrow IPC body with column name replaced by
+// col (wirecraft.Body).
+func craft(t *testing.T, recs []schemas.Flow, name string, col arrow.Array, opts ...ipc.Option) []byte {
+	t.Helper()
+	body, err := wirecraft.Body(recs, name, col, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// encodePlain encodes recs as an agent before wire dictionaries did.
+func encodePlain(t *testing.T, recs []schemas.Flow) []byte {
+	t.Helper()
+	enc, err := schemas.NewEncoder(schemas.CodecLZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := enc.PlainStrings().Encode(nil, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
 
 func mustDecode(t *testing.T, body []byte) []schemas.Flow {

@@ -48,6 +48,10 @@ type Options struct {
 	// Spool, when set, takes batches while JetStream is unreachable or
 	// slow. Run opens it and closes it.
 	Spool *spool.Spool
+	// PlainStrings sends every string column as plain utf8, the wire form
+	// of agents before wire dictionaries (schemas.EncoderOf.PlainStrings):
+	// for measurements and mixed-fleet tests, not a config key.
+	PlainStrings bool
 }
 
 // MeterOptions configure the meter publisher (no spool by default).
@@ -131,6 +135,9 @@ func NewFor[T any](js jetstream.JetStream, kind Kind[T], opts Options) (*Publish
 	enc, err := schemas.NewEncoderFor(kind.Table, opts.NATS.Codec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", kind.Component, err)
+	}
+	if opts.PlainStrings {
+		enc = enc.PlainStrings()
 	}
 	seq, err := newSeqAllocatorFile(opts.StateDir, kind.SeqFile)
 	if err != nil {

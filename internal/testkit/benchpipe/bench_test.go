@@ -113,19 +113,22 @@ func count(batches [][]schemas.Flow) int {
 // `tapflow run`, in one process: the collector keeps every message in its
 // Arrow columns (schemas.Row) and writes them straight into the Parquet
 // column writers.
-func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true, "") }
+func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true, "", false) }
 
 // BenchmarkPipelineParquetRows is the same pipeline with the collector's
 // former record path (messages decoded into schemas.Flow, written by
 // GenericWriter[Flow]), kept as the baseline of the columnar one.
-func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false, "") }
+func BenchmarkPipelineParquetRows(b *testing.B) { benchPipelineParquet(b, false, "", false) }
 
 // BenchmarkPipelineCodec is BenchmarkPipelineParquet with each wire codec
 // (nats.codec): agent encode, NATS and collector decode CPU together, and
 // wire-B/record (stream bytes per record, headers included).
+// <codec>-plain is the same with the plain utf8 wire strings of agents
+// before wire dictionaries: the baseline of the dictionary form.
 func BenchmarkPipelineCodec(b *testing.B) {
 	for _, c := range schemas.Codecs {
-		b.Run(c, func(b *testing.B) { benchPipelineParquet(b, true, c) })
+		b.Run(c, func(b *testing.B) { benchPipelineParquet(b, true, c, false) })
+		b.Run(c+"-plain", func(b *testing.B) { benchPipelineParquet(b, true, c, true) })
 	}
 }
 
@@ -167,7 +170,7 @@ func collectorFor(b *testing.B, s *transporttest.Server, out string, cols bool) 
 	return coll
 }
 
-func benchPipelineParquet(b *testing.B, cols bool, codec string) {
+func benchPipelineParquet(b *testing.B, cols bool, codec string, plain bool) {
 	batches := records(b)
 	n := count(batches)
 	s := transporttest.Run(b, "")
@@ -179,7 +182,7 @@ func benchPipelineParquet(b *testing.B, cols bool, codec string) {
 		if codec != "" {
 			ncfg.Codec = codec
 		}
-		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: ncfg, Logger: quiet})
+		pub, err := publish.New(s.JS, publish.Options{AgentID: "bench", Node: "bench", StateDir: b.TempDir(), NATS: ncfg, Logger: quiet, PlainStrings: plain})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -216,16 +219,19 @@ func benchPipelineParquet(b *testing.B, cols bool, codec string) {
 	}
 	report(b, n, wall, cpu, disk)
 	if codec != "" {
-		b.ReportMetric(wireBytes(b, batches, codec)/float64(n), "wire-B/record")
+		b.ReportMetric(wireBytes(b, batches, codec, plain)/float64(n), "wire-B/record")
 	}
 }
 
 // wireBytes is what the message bodies of batches weigh with codec (the
 // stream's retention drops acked messages, so it is computed, not read).
-func wireBytes(b *testing.B, batches [][]schemas.Flow, codec string) float64 {
+func wireBytes(b *testing.B, batches [][]schemas.Flow, codec string, plain bool) float64 {
 	enc, err := schemas.NewEncoder(codec)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if plain {
+		enc = enc.PlainStrings()
 	}
 	var n int
 	for _, recs := range batches {

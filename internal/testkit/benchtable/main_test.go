@@ -31,7 +31,6 @@ func TestTable(t *testing.T) {
 			"kernel hit, x_empty", "6.36",
 			"  106  ", // bpf/source:BenchmarkDecode, not schemas' (999)
 			"agent userspace ns/record", "1637", "1732", "0.95x", "<= 200",
-
 		}},
 		{"nothing ran", "PASS\n", []string{"not run"}},
 		{"garbage lines are skipped", "BenchmarkX-2 notanumber 3 ns/op\nBenchmark\n", []string{"not run"}},

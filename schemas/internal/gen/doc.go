@@ -24,8 +24,11 @@ func RenderDoc(tables []columns.Table) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func arrowType(k columns.Kind) string {
-	switch k {
+func arrowType(c columns.Column) string {
+	if c.Kind == columns.String && c.Dict {
+		return "dictionary<int32, utf8> (utf8 from agents before 16)"
+	}
+	switch c.Kind {
 	case columns.Timestamp:
 		return "timestamp[us, tz=UTC]"
 	case columns.String:
@@ -78,8 +81,15 @@ how to query the Parquet files: [queries](queries.md).
 
 Every column is **non-nullable**: a value that does not apply is the
 empty value in the table ('' for strings, 0 for numbers, or a named
-sentinel such as ` + "`unknown`" + ` or ` + "`none`" + `), never null. Strings are plain
-utf8 on the wire and dictionary-encoded in Parquet where marked. Integers are
+sentinel such as ` + "`unknown`" + ` or ` + "`none`" + `), never null. On the wire,
+low-cardinality strings (Parquet "dictionary" below) are Arrow dictionary
+arrays (dictionary<int32, utf8>, one dictionary per message) and the
+others plain utf8; agents released before wire dictionaries send every
+string as utf8, so during a rolling upgrade **both forms occur in one
+stream**: read string columns by value (pyarrow ` + "`to_pylist`" + `, arrow JS
+` + "`get(i)`" + `, arrow-go: a type switch on *array.String and *array.Dictionary).
+The column set, the Parquet files and the schema version are the same
+either way. Integers are
 signed (Spark reads no unsigned types). The schema name is in the Arrow
 schema metadata and the Parquet key-value metadata (` + "`tapflow.schema`" + `) and in
 the ` + "`Tapflow-Schema`" + ` header of every NATS message.
@@ -90,7 +100,7 @@ the ` + "`Tapflow-Schema`" + ` header of every NATS message.
 
 | # | column | Arrow | Parquet | unit | empty value | meaning |
 |---|---|---|---|---|---|---|
-{{range $i, $c := .Columns}}| {{inc $i}} | ` + "`{{$c.Name}}`" + ` | {{arrow $c.Kind}} | {{parquet $c}} | {{cell (unit $c)}} | {{if $c.Empty}}{{cell $c.Empty}}{{else}}always set{{end}} | {{cell $c.Doc}} |
+{{range $i, $c := .Columns}}| {{inc $i}} | ` + "`{{$c.Name}}`" + ` | {{arrow $c}} | {{parquet $c}} | {{cell (unit $c)}} | {{if $c.Empty}}{{cell $c.Empty}}{{else}}always set{{end}} | {{cell $c.Doc}} |
 {{end}}{{end}}
 ## Evolution rules
 

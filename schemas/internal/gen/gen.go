@@ -105,10 +105,13 @@ type {{.Type}} struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
-func encode{{.Type}}Columns(recs []{{.Type}}) []arrow.Array {
+func encode{{.Type}}Columns(recs []{{.Type}}, plain bool) []arrow.Array {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
-{{- if isString $c.Kind}}
+{{- if and (isString $c.Kind) $c.Dict}}
+	var c{{$i}} dictColumn
+	c{{$i}}.reset(n, plain)
+{{- else if isString $c.Kind}}
 	var c{{$i}} stringColumn
 	c{{$i}}.reset(n, 16)
 {{- else if isInt32 $c.Kind}}
@@ -160,17 +163,17 @@ func encode{{.Type}}Columns(recs []{{.Type}}) []arrow.Array {
 
 // decode{{.Type}}Columns fills recs (len = rows) from the arrays of a record
 // batch; idx maps each column of the table to its position in the batch.
-// Each string column is copied once into one Go string and the fields are
-// slices of it: no allocation and no hashing per value. One pass over the
+// Each string column (utf8 or dictionary) is copied once into one Go
+// string and the fields are slices of it: no allocation and no hashing
+// per value. One pass over the
 // records sets every field.
 func decode{{.Type}}Columns(cols []arrow.Array, idx []int, recs []{{.Type}}) error {
 {{- range $i, $c := .Columns}}
 {{- if isString $c.Kind}}
-	a{{$i}}, ok := cols[idx[{{$i}}]].(*array.String)
-	if !ok {
-		return fmt.Errorf("column {{$c.Name}}: got %s, want utf8", cols[idx[{{$i}}]].DataType())
+	s{{$i}}, err := stringsOf("{{$c.Name}}", cols[idx[{{$i}}]], len(recs))
+	if err != nil {
+		return err
 	}
-	d{{$i}}, o{{$i}} := columnString(a{{$i}})
 {{- else if isInt32 $c.Kind}}
 	a{{$i}}, ok := cols[idx[{{$i}}]].(*array.Int32)
 	if !ok {
@@ -195,7 +198,7 @@ func decode{{.Type}}Columns(cols []arrow.Array, idx []int, recs []{{.Type}}) err
 		r := &recs[i]
 {{- range $i, $c := .Columns}}
 {{- if isString $c.Kind}}
-		r.{{$c.GoName}} = d{{$i}}[o{{$i}}[i]-o{{$i}}[0] : o{{$i}}[i+1]-o{{$i}}[0]]
+		r.{{$c.GoName}} = s{{$i}}.at(i)
 {{- else if isTimestamp $c.Kind}}
 		r.{{$c.GoName}} = int64(v{{$i}}[i])
 {{- else}}

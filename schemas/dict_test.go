@@ -1,0 +1,171 @@
+package schemas_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/tapflow/tapflow/internal/testkit/wirecraft"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/schemas/columns"
+)
+
+// dictSample is n records whose strings are built per record (distinct
+// pointers, so the encoder's pointer fast path does not hide its scan
+// and map), with columns of 1, 2, 7 and n distinct values.
+func dictSample(n int) []schemas.Flow {
+	recs := make([]schemas.Flow, n)
+	for i := range recs {
+		recs[i] = schemas.Flow{
+			TimeEnd: int64(i), Node: "cmp-1", Direction: []string{"tx", "rx"}[i%2],
+			Ifname: fmt.Sprintf("tap%d", i%7), VMMAC: fmt.Sprintf("fa:16:3e:00:%02x:%02x", i/256%256, i%256),
+			PortID: fmt.Sprintf("port-%d", i%13), TenantID: strings.Repeat("t", 1+i%20), AgentID: "agent-a",
+			SrcIP: fmt.Sprint(i), RecordIndex: int32(i), PoolID: "", MemberID: fmt.Sprint(i % 3),
+		}
+	}
+	return recs
+}
+
+// TestWireForms: every codec, both wire forms (dictionary, the default,
+// and plain utf8 from agents before it), both decoders (records and the
+// collector's rows) give back the same values, and the dictionary form
+// is what the schema says: Dict columns dictionary<int32, utf8>, other
+// strings utf8.
+func TestWireForms(t *testing.T) {
+	recs := dictSample(3000)
+	cols := schemas.FlowTable.Columns()
+	for _, codec := range schemas.Codecs {
+		for _, plain := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/plain=%v", codec, plain), func(t *testing.T) {
+				enc, err := schemas.NewEncoder(codec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if plain {
+					enc = enc.PlainStrings()
+				}
+				body, err := enc.Encode(nil, recs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := schemas.NewDecoder().Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, recs) {
+					t.Fatal("records differ after the round trip")
+				}
+				rows, err := schemas.NewDecoderFor(schemas.FlowRows).Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k, c := range cols {
+					if c.Kind != columns.String {
+						continue
+					}
+					if dict := rows[0].Chunk().DictKeys(k) != nil; dict != (c.Dict && !plain) {
+						t.Errorf("column %s: row chunk dictionary-encoded %v, want %v", c.Name, dict, c.Dict && !plain)
+					}
+					for i, r := range rows {
+						want := reflect.ValueOf(recs[i]).FieldByName(c.GoName).String()
+						if r.String(k) != want {
+							t.Fatalf("row %d column %s: %q, want %q", i, c.Name, r.String(k), want)
+						}
+					}
+				}
+				if codec == schemas.CodecZstd {
+					return
+				}
+				r, err := ipc.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Release()
+				for _, c := range cols {
+					f, _ := r.Schema().FieldsByName(c.Name)
+					_, isDict := f[0].Type.(*arrow.DictionaryType)
+					if isDict != (c.Dict && !plain) {
+						t.Errorf("column %s: wire type %s", c.Name, f[0].Type)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestHostileDictionaries: a dictionary no tapflow writer sends is refused
+// by both decoders with an error wrapping ErrCorrupt that names the
+// column and the problem, never a panic.
+func TestHostileDictionaries(t *testing.T) {
+	const n = 50
+	recs := dictSample(n)
+	cases := []struct {
+		name, col string
+		arr       func() arrow.Array
+		want      string
+	}{
+		{"index out of range", "zone", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(n, 3, 17, 3), wirecraft.Strings("a", "b", "c"))
+		}, "column zone: row 17: dictionary index 3 out of range [0, 3)"},
+		{"negative index", "tenant_id", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(n, 2, 0, -1), wirecraft.Strings("a", "b"))
+		}, "dictionary index -1 out of range"},
+		{"int16 index out of range", "node", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int16, wirecraft.Keys(n, 2, 49, 300), wirecraft.Strings("a", "b"))
+		}, "row 49: dictionary index 300 out of range [0, 2)"},
+		{"int64 index out of range", "node", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int64, wirecraft.Keys(n, 2, 5, 1<<40), wirecraft.Strings("a", "b"))
+		}, "row 5: dictionary index 1099511627776 out of range"},
+		{"unsigned 32-bit index", "node", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Uint32, wirecraft.Keys(n, 2, -1, 0), wirecraft.Strings("a", "b"))
+		}, "dictionary index type uint32"},
+		{"dictionary of int64", "direction", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(n, 2, -1, 0), wirecraft.Int64s(1, 2))
+		}, "column direction: got dictionary<values=int64"},
+		{"dictionary on an int column", "bytes", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(n, 2, -1, 0), wirecraft.Int64s(1, 2))
+		}, "column bytes: got dictionary"},
+		{"huge dictionary", "port_id", func() arrow.Array {
+			return wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(n, 2, -1, 0), wirecraft.NStrings(n+4097))
+		}, "column port_id: dictionary of 4147 entries for 50 rows"},
+	}
+	decoders := map[string]func([]byte) error{
+		"records": func(b []byte) error { _, err := schemas.NewDecoder().Decode(nil, b); return err },
+		"rows":    func(b []byte) error { _, err := schemas.NewDecoderFor(schemas.FlowRows).Decode(nil, b); return err },
+	}
+	for _, tc := range cases {
+		body, err := wirecraft.Body(recs, tc.col, tc.arr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dn, decode := range decoders {
+			t.Run(tc.name+"/"+dn, func(t *testing.T) {
+				err := decode(body)
+				if !errors.Is(err, schemas.ErrCorrupt) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "panicked") {
+					t.Fatalf("error %v, want ErrCorrupt containing %q", err, tc.want)
+				}
+			})
+		}
+	}
+	// The same crafting with a valid dictionary decodes: the refusals are
+	// the hostile values, not the hand-made stream.
+	body, err := wirecraft.Body(recs, "zone", wirecraft.Dict(arrow.PrimitiveTypes.Int16, wirecraft.Keys(n, 3, -1, 0), wirecraft.Strings("a", "b", "c")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dn, decode := range decoders {
+		if err := decode(body); err != nil {
+			t.Errorf("%s: valid int16 dictionary refused: %v", dn, err)
+		}
+	}
+	got, _ := schemas.NewDecoder().Decode(nil, body)
+	if got[4].Zone != "b" {
+		t.Errorf("zone of record 4 = %q, want b", got[4].Zone)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go/compress"
+	"github.com/parquet-go/parquet-go/compress/lz4"
 	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -26,9 +27,16 @@ const (
 	CompressionZstdDefault = "zstd-default"
 	// CompressionSnappy is faster still and ~20% larger than zstd.
 	CompressionSnappy = "snappy"
+	// CompressionLZ4Raw is Parquet's LZ4_RAW (LZ4 blocks, lz4's fast
+	// compressor). Readers: DuckDB ≥ 0.8, Spark ≥ 3.4 (parquet-mr
+	// ≥ 1.12.3), Trino, pyarrow; not older Spark or Hive.
+	CompressionLZ4Raw = "lz4_raw"
 	// CompressionNone writes uncompressed pages (3× larger; tests, debugging).
 	CompressionNone = "none"
 )
+
+// Compressions lists every value Config.Compression accepts.
+var Compressions = []string{CompressionZstd, CompressionZstdDefault, CompressionSnappy, CompressionLZ4Raw, CompressionNone}
 
 // Config is the Parquet sink section of the collector config
 // (`collector:` in tapflow.yaml).
@@ -114,7 +122,7 @@ func (c Config) Validate() error {
 		e.Add("writer", fmt.Sprintf("%q has characters other than letters, digits, '.', '_' and '-'", c.Writer), "use e.g. the host name, or leave it empty for the node name")
 	}
 	if _, err := codecFor(c.Compression); err != nil {
-		e.Add("compression", fmt.Sprintf("%q is unknown", c.Compression), "use zstd, zstd-default, snappy or none")
+		e.Add("compression", fmt.Sprintf("%q is unknown", c.Compression), "use one of "+strings.Join(Compressions, ", "))
 	}
 	if c.RowGroupRows < 1024 || c.RowGroupRows > 64<<20 {
 		e.Add("row_group_rows", fmt.Sprintf("%d is outside [1024, 67108864]", c.RowGroupRows), "use e.g. 262144")
@@ -167,6 +175,10 @@ func codecFor(name string) (compress.Codec, error) {
 		return &zstd.Codec{Level: zstd.SpeedDefault}, nil
 	case CompressionSnappy:
 		return &snappy.Codec{}, nil
+	case CompressionLZ4Raw:
+		// Fastest is lz4's fast (greedy) compressor; the package default,
+		// Fast, selects its high-compression one (CompressorHC).
+		return &lz4.Codec{Level: lz4.Fastest}, nil
 	case CompressionNone:
 		return &uncompressed.Codec{}, nil
 	}

@@ -158,10 +158,12 @@ type Sink[T any] struct {
 	dedupLog failLog
 	crashAt  int // failpoint: SIGKILL self after this many commits, before acking (0: off)
 	commits  int
-	pieces   map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
-	seen     map[int64]struct{}   // scratch: hours of the batch being checked
-	cur      *pipeline.BatchOf[T] // the batch being written, not yet in acks
-	rejLog   failLog
+	// writeCalls counts write(2) calls on committed files (benchmarks).
+	writeCalls int64
+	pieces     map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
+	seen       map[int64]struct{}   // scratch: hours of the batch being checked
+	cur        *pipeline.BatchOf[T] // the batch being written, not yet in acks
+	rejLog     failLog
 }
 
 // file is one open partition file.

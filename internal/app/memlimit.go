@@ -7,6 +7,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // collectorRuntimeBytes is the collector's memory besides its open files
@@ -16,13 +17,16 @@ const collectorRuntimeBytes = 64 << 20
 // collectorMemoryLimit is the Go soft memory limit of a collector
 // process: what its settings let it hold at most. Both sinks (flows,
 // meters) may fill their open files (Config.MemoryEstimate each, the
-// same settings), and up to collectorEdgeCapacity+2 decoded messages are
-// in flight per pipeline (the edge queue, the one being decoded and the
-// one being written), each at most max_message_bytes. At the defaults:
-// 2 × 256 MiB + 4 × 64 MiB + 64 MiB = 832 MiB.
+// same settings); per stream up to collectorEdgeCapacity+2 decoded
+// messages are in flight (the edge queue, the one being decoded and the
+// one being written), each at most max_message_bytes, and one pull of
+// fetch_batch messages waits in the NATS client, each at most the
+// server's max_payload (transport.MaxPayload). At the defaults:
+// 2 × 256 MiB + 4 × 64 MiB + 64 × 8 MiB + 64 MiB = 1344 MiB.
 func collectorMemoryLimit(cfg config.Config) int64 {
 	inflight := int64(collectorEdgeCapacity+2) * int64(cfg.Collector.Consumer.MaxMessageBytes)
-	return 2*cfg.Collector.Parquet.MemoryEstimate() + inflight + collectorRuntimeBytes
+	fetched := int64(cfg.Collector.Consumer.FetchBatch) * transport.MaxPayload
+	return 2*cfg.Collector.Parquet.MemoryEstimate() + inflight + fetched + collectorRuntimeBytes
 }
 
 // setCollectorMemoryLimit gives a collector process a soft memory limit

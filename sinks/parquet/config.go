@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go/compress"
-	"github.com/parquet-go/parquet-go/compress/lz4"
 	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -19,24 +18,28 @@ import (
 // Compression names accepted in Config.Compression.
 const (
 	// CompressionZstd is zstd at its fastest level (klauspost SpeedFastest,
-	// ≈ zstd -1): the default. Measured on the flow.v1 benchmark set it
-	// writes ~10–15% more records/s than the default level for files ~1.3%
-	// larger (see BenchmarkParquetSink).
+	// ≈ zstd -1): the default, by measurement on the collector's path
+	// (BenchmarkCollectorWriter, docs/architecture.md): only "none" uses
+	// less CPU (1.1–1.3× the records per CPU-second, for 1.9× the bytes).
 	CompressionZstd = "zstd"
-	// CompressionZstdDefault is zstd at its default level (≈ zstd -3).
+	// CompressionZstdDefault is zstd at its default level (≈ zstd -3):
+	// 23% smaller files for 0.7× the collector's records per CPU-second.
 	CompressionZstdDefault = "zstd-default"
-	// CompressionSnappy is faster still and ~20% larger than zstd.
+	// CompressionSnappy writes 17% larger files than zstd and, measured
+	// on the collector's path, is not faster (the larger pages cost in
+	// write(2) and copies what the codec saves).
 	CompressionSnappy = "snappy"
-	// CompressionLZ4Raw is Parquet's LZ4_RAW (LZ4 blocks, lz4's fast
-	// compressor). Readers: DuckDB ≥ 0.8, Spark ≥ 3.4 (parquet-mr
-	// ≥ 1.12.3), Trino, pyarrow; not older Spark or Hive.
-	CompressionLZ4Raw = "lz4_raw"
 	// CompressionNone writes uncompressed pages (3× larger; tests, debugging).
 	CompressionNone = "none"
 )
 
 // Compressions lists every value Config.Compression accepts.
-var Compressions = []string{CompressionZstd, CompressionZstdDefault, CompressionSnappy, CompressionLZ4Raw, CompressionNone}
+// LZ4_RAW is not among them: parquet-go v0.32's reader (tapflow report,
+// tapflow audit) returns garbage for LZ4_RAW pages compressed less than
+// 3× (compress/lz4 Decode allocates a new buffer that Column.decompress
+// drops), although DuckDB reads them; and measured on the collector's
+// path it was no faster than zstd (BenchmarkCollectorWriter).
+var Compressions = []string{CompressionZstd, CompressionZstdDefault, CompressionSnappy, CompressionNone}
 
 // Config is the Parquet sink section of the collector config
 // (`collector:` in tapflow.yaml).
@@ -175,10 +178,6 @@ func codecFor(name string) (compress.Codec, error) {
 		return &zstd.Codec{Level: zstd.SpeedDefault}, nil
 	case CompressionSnappy:
 		return &snappy.Codec{}, nil
-	case CompressionLZ4Raw:
-		// Fastest is lz4's fast (greedy) compressor; the package default,
-		// Fast, selects its high-compression one (CompressorHC).
-		return &lz4.Codec{Level: lz4.Fastest}, nil
 	case CompressionNone:
 		return &uncompressed.Codec{}, nil
 	}

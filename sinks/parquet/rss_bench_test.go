@@ -195,7 +195,8 @@ func BenchmarkCollectorRSS(b *testing.B) {
 // writer setting, so settings can be compared in one run (interleave
 // them with a shell loop over -test.bench, -test.count 1):
 //
-//   - compression=<c>: collector.compression, everything else default;
+//   - compression=<c>: collector.compression, everything else default
+//     (lz4_raw: Parquet's LZ4_RAW, measured but not offered);
 //   - write-buffer=<n>: the default compression with the writer's output
 //     buffer (parquet-go WriteBufferSize; its default is 32KiB) at n;
 //   - page-buffer=<n>: the default compression with the column page
@@ -209,6 +210,11 @@ func BenchmarkCollectorWriter(b *testing.B) {
 			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, compression: c, messages: 128})
 		})
 	}
+	// LZ4_RAW (not offered: see Compressions), with recycled compressors.
+	b.Run("compression=lz4_raw", func(b *testing.B) {
+		benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, messages: 128,
+			wopts: []pq.WriterOption{pq.Compression(lz4RawCodec)}})
+	})
 	for _, n := range []int{32 << 10, 256 << 10, 1 << 20, 4 << 20} {
 		b.Run("write-buffer="+units.ByteSize(n).String(), func(b *testing.B) {
 			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, messages: 128,

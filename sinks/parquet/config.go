@@ -20,14 +20,17 @@ const (
 	// CompressionZstd is zstd at its fastest level (klauspost SpeedFastest,
 	// ≈ zstd -1): the default, by measurement on the collector's path
 	// (BenchmarkCollectorWriter, docs/architecture.md): only "none" uses
-	// less CPU (1.1–1.3× the records per CPU-second, for 1.9× the bytes).
+	// clearly less CPU (median 1.21× the records per CPU-second, for 1.9×
+	// the bytes).
 	CompressionZstd = "zstd"
 	// CompressionZstdDefault is zstd at its default level (≈ zstd -3):
-	// 23% smaller files for 0.7× the collector's records per CPU-second.
+	// 23% smaller files on the collector's benchmark set (2% on the sink's)
+	// for 0.69× the collector's records per CPU-second.
 	CompressionZstdDefault = "zstd-default"
-	// CompressionSnappy writes 17% larger files than zstd and, measured
-	// on the collector's path, is not faster (the larger pages cost in
-	// write(2) and copies what the codec saves).
+	// CompressionSnappy writes 17–22% larger files than zstd (49.5
+	// B/record on the sink's benchmark set, above the 40 B goal) and,
+	// measured on the collector's path, is not clearly faster (0.95–1.06×):
+	// the larger pages cost in write(2) and copies what the codec saves.
 	CompressionSnappy = "snappy"
 	// CompressionNone writes uncompressed pages (3× larger; tests, debugging).
 	CompressionNone = "none"

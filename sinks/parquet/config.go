@@ -153,7 +153,8 @@ const MemoryBudget = 1 << 30
 
 const (
 	// fileOverhead is the memory of one open file besides its row group:
-	// page buffers (256 KiB per column) and dictionaries.
+	// page buffers (pageBufferSize per column) and dictionaries; kept at
+	// the figure measured with 256 KiB page buffers (an upper bound).
 	fileOverhead = 16 << 20
 	// rowGroupBytesPerRow is what a buffered row costs until its row group
 	// is flushed (flow.v1 compresses to ≈40 B/row; pages buffered

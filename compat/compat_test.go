@@ -44,9 +44,15 @@ func dataset() []schemas.Flow {
 // output root.
 func writeOutput(t *testing.T, recs []schemas.Flow, batch int) string {
 	t.Helper()
+	return writeOutputCompressed(t, recs, batch, parquet.DefaultConfig().Compression)
+}
+
+// writeOutputCompressed is writeOutput with collector.compression set.
+func writeOutputCompressed(t *testing.T, recs []schemas.Flow, batch int, compression string) string {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := parquet.DefaultConfig()
-	cfg.Output, cfg.Writer = dir, "compat"
+	cfg.Output, cfg.Writer, cfg.Compression = dir, "compat", compression
 	cfg.RollSize = 1 << 20 // several files per partition
 	// The collector's path: messages as the agent encodes them, decoded
 	// into schemas.Row and written from their Arrow columns. Every other
@@ -195,8 +201,30 @@ func TestTypes(t *testing.T) {
 // in its hive partition.
 func TestExactRows(t *testing.T) {
 	recs := dataset()
-	dir := writeOutput(t, recs, 1000)
+	for _, c := range parquet.Compressions {
+		t.Run(c, func(t *testing.T) {
+			exactRows(t, recs, writeOutputCompressed(t, recs, 1000, c), c)
+		})
+	}
+}
+
+// codecNames are the Parquet codec names DuckDB reports per compression.
+var codecNames = map[string]string{
+	parquet.CompressionZstd: "ZSTD", parquet.CompressionZstdDefault: "ZSTD", parquet.CompressionSnappy: "SNAPPY",
+	parquet.CompressionNone: "UNCOMPRESSED",
+}
+
+// exactRows: DuckDB reads back every record of dir exactly as written,
+// and every column chunk says it is compressed with compression.
+func exactRows(t *testing.T, recs []schemas.Flow, dir, compression string) {
 	db := openDB(t)
+	codec, ok := codecNames[compression]
+	if !ok {
+		t.Fatalf("no Parquet codec name for %q: add it to codecNames", compression)
+	}
+	if got := queryStrings(t, db, fmt.Sprintf("SELECT DISTINCT compression FROM parquet_metadata('%s')", glob(dir))); !slices.Equal(got, []string{codec}) {
+		t.Fatalf("column chunks compressed with %v; want only %s", got, codec)
+	}
 	if _, err := db.Exec("SET TimeZone = 'UTC'"); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,9 @@ func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // RunCollector runs the collector alone.
 func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return withRuntime(ctx, cfg, log, waitForNATS, func(ctx context.Context, rt *runtime) error {
+		// Only a collector alone: `run` shares its process with an
+		// agent and NATS, whose memory this limit does not count.
+		setCollectorMemoryLimit(cfg, rt.log)
 		c, err := newCollector(cfg, rt, false)
 		if err != nil {
 			return err

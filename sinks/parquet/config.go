@@ -18,17 +18,31 @@ import (
 // Compression names accepted in Config.Compression.
 const (
 	// CompressionZstd is zstd at its fastest level (klauspost SpeedFastest,
-	// ≈ zstd -1): the default. Measured on the flow.v1 benchmark set it
-	// writes ~10–15% more records/s than the default level for files ~1.3%
-	// larger (see BenchmarkParquetSink).
+	// ≈ zstd -1): the default, by measurement on the collector's path
+	// (BenchmarkCollectorWriter, docs/architecture.md): only "none" uses
+	// clearly less CPU (median 1.21× the records per CPU-second, for 1.9×
+	// the bytes).
 	CompressionZstd = "zstd"
-	// CompressionZstdDefault is zstd at its default level (≈ zstd -3).
+	// CompressionZstdDefault is zstd at its default level (≈ zstd -3):
+	// 23% smaller files on the collector's benchmark set (2% on the sink's)
+	// for 0.69× the collector's records per CPU-second.
 	CompressionZstdDefault = "zstd-default"
-	// CompressionSnappy is faster still and ~20% larger than zstd.
+	// CompressionSnappy writes 17–22% larger files than zstd (49.5
+	// B/record on the sink's benchmark set, above the 40 B goal) and,
+	// measured on the collector's path, is not clearly faster (0.95–1.06×):
+	// the larger pages cost in write(2) and copies what the codec saves.
 	CompressionSnappy = "snappy"
 	// CompressionNone writes uncompressed pages (3× larger; tests, debugging).
 	CompressionNone = "none"
 )
+
+// Compressions lists every value Config.Compression accepts.
+// LZ4_RAW is not among them: parquet-go v0.32's reader (tapflow report,
+// tapflow audit) returns garbage for LZ4_RAW pages compressed less than
+// 3× (compress/lz4 Decode allocates a new buffer that Column.decompress
+// drops), although DuckDB reads them; and measured on the collector's
+// path it was no faster than zstd (BenchmarkCollectorWriter).
+var Compressions = []string{CompressionZstd, CompressionZstdDefault, CompressionSnappy, CompressionNone}
 
 // Config is the Parquet sink section of the collector config
 // (`collector:` in tapflow.yaml).
@@ -114,7 +128,7 @@ func (c Config) Validate() error {
 		e.Add("writer", fmt.Sprintf("%q has characters other than letters, digits, '.', '_' and '-'", c.Writer), "use e.g. the host name, or leave it empty for the node name")
 	}
 	if _, err := codecFor(c.Compression); err != nil {
-		e.Add("compression", fmt.Sprintf("%q is unknown", c.Compression), "use zstd, zstd-default, snappy or none")
+		e.Add("compression", fmt.Sprintf("%q is unknown", c.Compression), "use one of "+strings.Join(Compressions, ", "))
 	}
 	if c.RowGroupRows < 1024 || c.RowGroupRows > 64<<20 {
 		e.Add("row_group_rows", fmt.Sprintf("%d is outside [1024, 67108864]", c.RowGroupRows), "use e.g. 262144")
@@ -139,7 +153,8 @@ const MemoryBudget = 1 << 30
 
 const (
 	// fileOverhead is the memory of one open file besides its row group:
-	// page buffers (256 KiB per column) and dictionaries.
+	// page buffers (pageBufferSize per column) and dictionaries; kept at
+	// the figure measured with 256 KiB page buffers (an upper bound).
 	fileOverhead = 16 << 20
 	// rowGroupBytesPerRow is what a buffered row costs until its row group
 	// is flushed (flow.v1 compresses to ≈40 B/row; pages buffered

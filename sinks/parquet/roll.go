@@ -48,6 +48,7 @@ func (s *Sink[T]) roll(reason string) {
 	for _, f := range files {
 		rows += f.rows
 		bytes += f.out.n
+		s.writeCalls += f.out.calls
 	}
 	s.m.commitSeconds.Observe(took.Seconds())
 	s.m.files.Add(float64(len(files)))

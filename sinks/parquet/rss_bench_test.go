@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	pq "github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
+	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -197,16 +199,77 @@ func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[sch
 // disk.
 func BenchmarkCollectorRSS(b *testing.B) {
 	for _, edge := range []int{16, 2} {
-		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, false, schemas.CodecZstd) })
+		b.Run("edge="+strconv.Itoa(edge), func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: edge, codec: schemas.CodecZstd, compression: CompressionZstd})
+		})
 	}
 	for _, edge := range []int{16, 2} {
-		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) { benchCollectorRSS(b, edge, true, schemas.CodecZstd) })
+		b.Run("columns/edge="+strconv.Itoa(edge), func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: edge, cols: true, codec: schemas.CodecZstd, compression: CompressionZstd})
+		})
 	}
-	b.Run("columns-lz4/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecLZ4) })
-	b.Run("columns-none/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, schemas.CodecNone) })
+	b.Run("columns-lz4/edge=2", func(b *testing.B) {
+		benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4})
+	})
+	b.Run("columns-none/edge=2", func(b *testing.B) {
+		benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecNone})
+	})
 	for _, codec := range []string{schemas.CodecZstd, schemas.CodecLZ4, schemas.CodecNone} {
-		b.Run("columns-"+codec+"-plain/edge=2", func(b *testing.B) { benchCollectorRSS(b, 2, true, codec+"-plain") })
+		b.Run("columns-"+codec+"-plain/edge=2", func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: codec + "-plain"})
+		})
 	}
+}
+
+// BenchmarkCollectorWriter is the collector's path of BenchmarkCollectorRSS
+// (columns, lz4 messages, edge 2, 8 hours open, dedupe) on 128 messages
+// (2.1 M records: one full row group per file), once per Parquet
+// writer setting, so settings can be compared in one run (interleave
+// them with a shell loop over -test.bench, -test.count 1):
+//
+//   - compression=<c>: collector.compression, everything else default
+//     (lz4_raw: Parquet's LZ4_RAW, measured but not offered);
+//   - write-buffer=<n>: the default compression with the writer's output
+//     buffer (parquet-go WriteBufferSize; its default is 32KiB) at n;
+//   - page-buffer=<n>: the default compression with the column page
+//     buffers (PageBufferSize; the sink's pageBufferSize, 64KiB; 256KiB
+//     is parquet-go's default and was the sink's until measured here) at n.
+//
+// Reported as BenchmarkCollectorRSS (KiB/write: the mean size of the
+// write(2) calls on the Parquet files).
+func BenchmarkCollectorWriter(b *testing.B) {
+	for _, c := range Compressions {
+		b.Run("compression="+c, func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, compression: c, messages: 128})
+		})
+	}
+	// LZ4_RAW (not offered: see Compressions), with recycled compressors.
+	b.Run("compression=lz4_raw", func(b *testing.B) {
+		benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, messages: 128,
+			wopts: []pq.WriterOption{pq.Compression(lz4RawCodec)}})
+	})
+	for _, n := range []int{32 << 10, 256 << 10, 1 << 20, 4 << 20} {
+		b.Run("write-buffer="+units.ByteSize(n).String(), func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, messages: 128,
+				wopts: []pq.WriterOption{pq.WriteBufferSize(n)}})
+		})
+	}
+	for _, n := range []int{16 << 10, 64 << 10, 256 << 10, 1 << 20} {
+		b.Run("page-buffer="+units.ByteSize(n).String(), func(b *testing.B) {
+			benchCollectorRSS(b, collectorBench{edge: 2, cols: true, codec: schemas.CodecLZ4, messages: 128,
+				wopts: []pq.WriterOption{pq.PageBufferSize(n)}})
+		})
+	}
+}
+
+// collectorBench is one collector pipeline to measure.
+type collectorBench struct {
+	edge        int
+	cols        bool   // the columnar path (schemas.Row), else the record path
+	codec       string // wire codec of the messages
+	compression string // collector.compression; "" the default
+	messages    int    // messages per run; 0: rssMessages
+	wopts       []pq.WriterOption
 }
 
 // collectorRun is one pipeline of either path.
@@ -214,8 +277,13 @@ type collectorRun interface {
 	Run(ctx context.Context) error
 }
 
-func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
-	msgs := rssMessagesWire[codec]()
+func benchCollectorRSS(b *testing.B, cb collectorBench) {
+	msgs := rssMessagesWire[cb.codec]()
+	nmsg := cb.messages
+	if nmsg == 0 {
+		nmsg = rssMessages
+	}
+	var writes int64
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var peakRSS, peakHeap uint64
 	var diskBytes int64
@@ -225,17 +293,23 @@ func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
 		dir := b.TempDir()
 		cfg := DefaultConfig()
 		cfg.Output = dir
+		if cb.compression != "" {
+			cfg.Compression = cb.compression
+		}
 		var acked, nacks atomic.Int64
-		pcfg := pipeline.Config{Name: "collector", EdgeCapacity: edge, ShutdownTimeout: time.Minute}
+		pcfg := pipeline.Config{Name: "collector", EdgeCapacity: cb.edge, ShutdownTimeout: time.Minute}
 		var r collectorRun
 		var closeSink func() error
-		if cols {
+		var countWrites func() int64
+		if cb.cols {
 			sink, err := NewFor(cfg, FlowRowSchema, Options{Node: "bench", Logger: log, Dedupe: true})
 			if err != nil {
 				b.Fatal(err)
 			}
+			sink.wopts = append(sink.wopts, cb.wopts...)
+			countWrites = func() int64 { return sink.writeCalls }
 			closeSink = sink.Close
-			src := &rssRowSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
+			src := &rssRowSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks}
 			if r, err = pipeline.NewRunnerOf(pcfg, src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log); err != nil {
 				b.Fatal(err)
 			}
@@ -244,8 +318,10 @@ func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			sink.wopts = append(sink.wopts, cb.wopts...)
+			countWrites = func() int64 { return sink.writeCalls }
 			closeSink = sink.Close
-			src := &rssSource{msgs: msgs, n: rssMessages, acked: &acked, nacks: &nacks}
+			src := &rssSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks}
 			if r, err = pipeline.NewRunner(pcfg, src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log); err != nil {
 				b.Fatal(err)
 			}
@@ -268,19 +344,23 @@ func benchCollectorRSS(b *testing.B, edge int, cols bool, codec string) {
 		close(stop)
 		peakHeap = max(peakHeap, <-heapDone)
 		peakRSS = max(peakRSS, vmHWM(b))
-		if acked.Load() != int64(rssMessages) || nacks.Load() != 0 {
-			b.Fatalf("acks: %d ok, %d failed; want %d ok", acked.Load(), nacks.Load(), rssMessages)
+		if acked.Load() != int64(nmsg) || nacks.Load() != 0 {
+			b.Fatalf("acks: %d ok, %d failed; want %d ok", acked.Load(), nacks.Load(), nmsg)
 		}
+		writes = countWrites()
 		diskBytes = dirBytes(dir)
 		_ = closeSink()
 		b.StartTimer()
 	}
-	n := float64(rssMessages * rssBatch * b.N)
+	n := float64(nmsg * rssBatch * b.N)
 	b.ReportMetric(n/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(n/cpu.Seconds(), "records/cpu-s")
 	b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
-	b.ReportMetric(float64(diskBytes)/float64(rssMessages*rssBatch), "B/record")
+	b.ReportMetric(float64(diskBytes)/float64(nmsg*rssBatch), "B/record")
+	if writes > 0 {
+		b.ReportMetric(float64(diskBytes)/float64(writes)/1024, "KiB/write")
+	}
 }
 
 func dirBytes(dir string) int64 {

@@ -15,13 +15,15 @@ import (
 )
 
 type countingWriter struct {
-	f *os.File
-	n int64
+	f     *os.File
+	n     int64
+	calls int64 // write(2) calls
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.f.Write(p)
 	c.n += int64(n)
+	c.calls++
 	return n, err
 }
 

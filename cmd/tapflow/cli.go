@@ -103,6 +103,14 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// holdHangups keeps SIGHUP from killing a daemon command (run, agent,
+// collector, inventory serve) in the moments before the app catches it
+// (flags, config): a channel registered for a signal replaces Go's
+// default action, which is to exit. The channel is never read; the app
+// registers its own and logs each SIGHUP. One this early finds no config
+// read yet, so dropping it loses no reload.
+func holdHangups() { signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) }
+
 // loadRun is the start of a command that logs and runs until stopped: it
 // loads the config, makes the logger the config asks for and a context
 // that ends at SIGINT/SIGTERM or, when duration > 0, after duration.

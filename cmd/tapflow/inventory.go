@@ -56,6 +56,7 @@ availability: one holds the lease (inventory.serve.lease) and publishes,
 the others stand by. docs/inventory-service.md.`,
 		"read the config from `FILE`: inventory.* chooses the provider (openstack or file), nats.* the bus (required)",
 		&cf, func(cmd *cobra.Command) error {
+			holdHangups()
 			ctx, cfg, log, stop, err := cf.loadRun(cmd, duration)
 			if err != nil {
 				return err

@@ -50,6 +50,7 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 			Long:  long,
 			Args:  noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				holdHangups()
 				ctx, cfg, log, stop, err := cf.loadRun(cmd, duration)
 				if err != nil {
 					return err

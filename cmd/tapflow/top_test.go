@@ -147,15 +147,7 @@ func TestTopUnderTmux(t *testing.T) {
 }
 
 // deadURL is a loopback /metrics URL nothing listens on.
-func deadURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr + "/metrics"
-}
+func deadURL(t *testing.T) string { return "http://" + freeAddr(t) + "/metrics" }
 
 // TestTopOnce: --once prints one plain view (no escape codes) and exits 0;
 // bad flags exit 2 naming the fix.

@@ -11,10 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +29,7 @@ import (
 // until ctx ends, then stops in order: agent (publishes what it holds),
 // collector (drains the stream, commits, acks), NATS.
 func RunAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, waitForNATS, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, "run", waitForNATS, func(ctx context.Context, rt *runtime) error {
 		return runAll(ctx, cfg, rt)
 	})
 }
@@ -72,7 +69,7 @@ func runAll(ctx context.Context, cfg config.Config, rt *runtime) error {
 // RunAgent runs the agent alone. It does not wait for an external NATS:
 // capture starts at once and batches go to the spool until NATS answers.
 func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, natsInBackground, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, "agent", natsInBackground, func(ctx context.Context, rt *runtime) error {
 		a, err := newAgent(cfg, rt)
 		if err != nil {
 			return err
@@ -84,7 +81,7 @@ func RunAgent(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 // RunCollector runs the collector alone.
 func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	return withRuntime(ctx, cfg, log, waitForNATS, func(ctx context.Context, rt *runtime) error {
+	return withRuntime(ctx, cfg, log, "collector", waitForNATS, func(ctx context.Context, rt *runtime) error {
 		// Only a collector alone: `run` shares its process with an
 		// agent and NATS, whose memory this limit does not count.
 		setCollectorMemoryLimit(cfg, rt.log)
@@ -99,8 +96,9 @@ func RunCollector(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 
 // runtime is what every process shares: logger, metrics, NATS.
 type runtime struct {
-	log *slog.Logger
-	reg *obs.Registry
+	command string // run, agent or collector (log lines)
+	log     *slog.Logger
+	reg     *obs.Registry
 	// ready answers /readyz; components add their checks as they are
 	// built and start() opens the gate once all of them are.
 	ready   *obs.Readiness
@@ -148,8 +146,8 @@ const (
 	natsInBackground
 )
 
-func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode natsMode, body func(context.Context, *runtime) error) error {
-	rt := &runtime{log: log, reg: obs.NewRegistry(), ready: obs.NewReadiness()}
+func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, command string, mode natsMode, body func(context.Context, *runtime) error) error {
+	rt := &runtime{command: command, log: log, reg: obs.NewRegistry(), ready: obs.NewReadiness()}
 	return runtimeBody(ctx, cfg, rt, mode, body)
 }
 
@@ -157,6 +155,9 @@ func withRuntime(ctx context.Context, cfg config.Config, log *slog.Logger, mode 
 // on its registry and readiness).
 func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsMode, body func(context.Context, *runtime) error) error {
 	log := rt.log
+	// SIGHUP from the first line on: the collector may wait here for NATS
+	// and its streams for as long as they are down.
+	defer catchHangups(log, rt.command, rt.requestRefresh)()
 	rt.pm = pipeline.NewMetrics(rt.reg)
 	var err error
 	if cfg.NATS.Metrics, err = transport.NewConnMetrics(rt.reg); err != nil {
@@ -300,16 +301,6 @@ func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsM
 	} else {
 		streamsReady.Store(true)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer func() { signal.Stop(hup); close(hup) }()
-	go func() {
-		for range hup {
-			if rt.requestRefresh() {
-				log.Info("SIGHUP: inventory refresh requested")
-			}
-		}
-	}()
 	err = body(ctx, rt)
 	if f := fatalErr.Load(); f != nil {
 		return errors.Join(*f, err)

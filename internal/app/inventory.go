@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync/atomic"
 
 	js "github.com/nats-io/nats.go/jetstream"
 
@@ -64,6 +65,18 @@ func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger)
 // runInventoryServe is RunInventoryServe with the registry and readiness
 // given (tests read them).
 func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger, reg *obs.Registry, ready *obs.Readiness) error {
+	// SIGHUP from the first line on (Connect waits for as long as NATS is
+	// down): like POST /-/refresh, it asks a source that can (openstack)
+	// for a pass now; the file source is re-read on change anyway.
+	var refresher atomic.Pointer[func()]
+	refresh := func() bool {
+		if f := refresher.Load(); f != nil {
+			(*f)()
+			return true
+		}
+		return false
+	}
+	defer catchHangups(log, "inventory serve", refresh)()
 	outer := ctx
 	ready.Add("process", func() error {
 		if outer.Err() != nil {
@@ -85,6 +98,10 @@ func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger,
 			return err
 		}
 		src = fileSource{f}
+	}
+	if rf, ok := src.(interface{ Refresh() }); ok {
+		f := rf.Refresh
+		refresher.Store(&f)
 	}
 	instance := cfg.Inventory.Serve.Instance
 	if instance == "" {
@@ -129,9 +146,7 @@ func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger,
 					http.Error(w, "use POST", http.StatusMethodNotAllowed)
 					return
 				}
-				if rf, ok := src.(interface{ Refresh() }); ok {
-					rf.Refresh()
-				}
+				refresh()
 				_, _ = io.WriteString(w, "inventory refresh requested\n")
 			}),
 		}})

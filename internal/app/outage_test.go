@@ -88,7 +88,7 @@ func TestAgentStartsDuringOutage(t *testing.T) {
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
-		done <- withRuntime(ctx, cfg, log, natsInBackground, func(ctx context.Context, rt *runtime) error {
+		done <- withRuntime(ctx, cfg, log, "agent", natsInBackground, func(ctx context.Context, rt *runtime) error {
 			a, err := newAgent(cfg, rt)
 			if err != nil {
 				return err

@@ -1,0 +1,168 @@
+//go:build linux
+
+package bpf
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMountBPFFS runs MountBPFFS in a private mount namespace (unshare
+// --mount --propagation private) whose /sys/fs/bpf is made bare, so the
+// host's mounts are never touched: the parent checks that the host's
+// /sys/fs/bpf is what it was. In the namespace, table-driven: a bare
+// /sys/fs/bpf gets one bpffs (mode 0700) on which preparePinDir then
+// succeeds, even when eight agents race for it; a pin_dir elsewhere, one
+// already on bpffs, or a /sys/fs/bpf holding another filesystem (the
+// unit's TemporaryFileSystem) is left alone.
+func TestMountBPFFS(t *testing.T) {
+	if os.Getenv("TAPFLOW_BPFFS_CHILD") == "1" {
+		mountBPFFSCases(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: it mounts in a private mount namespace (CI runs as root)")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatal("unshare is missing: install util-linux")
+	}
+	before := fsType(BPFFSRoot)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", self, "-test.run", "^TestMountBPFFS$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TAPFLOW_BPFFS_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("in a private mount namespace:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestMountBPFFS") {
+		t.Fatalf("child: %v", err)
+	}
+	if after := fsType(BPFFSRoot); after != before {
+		t.Fatalf("the host's %s changed from fs type %#x to %#x", BPFFSRoot, before, after)
+	}
+}
+
+// mountBPFFSCases runs inside the private mount namespace.
+func mountBPFFSCases(t *testing.T) {
+	bare := func(t *testing.T) {
+		t.Helper()
+		for i := 0; fsType(BPFFSRoot) != unix.SYSFS_MAGIC; i++ {
+			if i == 8 {
+				t.Fatalf("%s is still fs type %#x after 8 unmounts", BPFFSRoot, fsType(BPFFSRoot))
+			}
+			if err := unix.Unmount(BPFFSRoot, unix.MNT_DETACH); err != nil {
+				t.Fatalf("make %s bare: %v", BPFFSRoot, err)
+			}
+		}
+	}
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T) (pinDir string)
+		agents  int
+		mounted bool   // one of the calls mounts
+		want    uint32 // fs type of /sys/fs/bpf afterwards
+	}{
+		{"bare sysfs dir, default pin_dir", func(*testing.T) string { return BPFFSRoot + "/tapflow" }, 1, true, unix.BPF_FS_MAGIC},
+		{"bare, pin_dir is the root itself", func(*testing.T) string { return BPFFSRoot }, 1, true, unix.BPF_FS_MAGIC},
+		{"bare, eight agents at once", func(*testing.T) string { return BPFFSRoot + "/tapflow" }, 8, true, unix.BPF_FS_MAGIC},
+		{"already mounted", func(t *testing.T) string {
+			if err := unix.Mount("bpf", BPFFSRoot, "bpf", 0, "mode=0700"); err != nil {
+				t.Fatal(err)
+			}
+			return BPFFSRoot + "/tapflow"
+		}, 1, false, unix.BPF_FS_MAGIC},
+		{"pin_dir elsewhere", func(t *testing.T) string { return filepath.Join(t.TempDir(), "pins") }, 1, false, unix.SYSFS_MAGIC},
+		{"pin_dir outside but prefixed", func(*testing.T) string { return BPFFSRoot + "-other/tapflow" }, 1, false, unix.SYSFS_MAGIC},
+		{"another filesystem on /sys/fs/bpf (the unit's sandbox)", func(t *testing.T) string {
+			if err := unix.Mount("tmpfs", BPFFSRoot, "tmpfs", 0, "mode=0755"); err != nil {
+				t.Fatal(err)
+			}
+			return BPFFSRoot + "/tapflow"
+		}, 1, false, unix.TMPFS_MAGIC},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bare(t)
+			t.Cleanup(func() { bare(t) })
+			pinDir := tc.setup(t)
+			// Every racer passes the check before any mounts (without
+			// the lock all of them would mount).
+			beforeMount = func() { time.Sleep(50 * time.Millisecond) }
+			defer func() { beforeMount = func() {} }()
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				mounted int
+			)
+			for range tc.agents {
+				wg.Go(func() {
+					m, err := MountBPFFS(pinDir)
+					if err != nil {
+						t.Error(err)
+					}
+					if m {
+						mu.Lock()
+						mounted++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if want := map[bool]int{true: 1, false: 0}[tc.mounted]; mounted != want {
+				t.Errorf("%d calls mounted, want %d", mounted, want)
+			}
+			if got := fsType(BPFFSRoot); got != tc.want {
+				t.Errorf("%s is fs type %#x, want %#x", BPFFSRoot, got, tc.want)
+			}
+			if n := bpfMountsAt(t, BPFFSRoot); tc.want == unix.BPF_FS_MAGIC && n != 1 {
+				t.Errorf("%d bpf mounts at %s, want exactly 1 (none stacked)", n, BPFFSRoot)
+			}
+			if !tc.mounted {
+				return
+			}
+			st, err := os.Stat(BPFFSRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o700 {
+				t.Errorf("%s mode %v, want 0700 (as systemd mounts it)", BPFFSRoot, st.Mode().Perm())
+			}
+			// The agent's own check now passes where it failed before.
+			if _, err := preparePinDir(pinDir); err != nil {
+				t.Errorf("preparePinDir after the mount: %v", err)
+			}
+			if m, err := MountBPFFS(pinDir); m || err != nil {
+				t.Errorf("second MountBPFFS = %v, %v; want false, nil", m, err)
+			}
+		})
+	}
+}
+
+// bpfMountsAt counts the bpf mounts at dir in this mount namespace.
+func bpfMountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// id parent major:minor root mountpoint options ... - fstype source
+		for i, w := range f {
+			if w == "-" && i+1 < len(f) && len(f) > 4 && f[4] == dir && f[i+1] == "bpf" {
+				n++
+			}
+		}
+	}
+	return n
+}

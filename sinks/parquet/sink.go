@@ -29,12 +29,13 @@ const (
 )
 
 // pageBufferSize is the in-memory buffer per column in which parquet-go
-// builds a page (its default is 256 KiB). Measured on the collector's
-// path (BenchmarkCollectorWriter/page-buffer=N, 8 files open, 3
-// interleaved rounds): 64 KiB lowered the peak heap from 287–292 to
-// 232–235 MiB and allocation by 20 % for the same bytes on disk, at
-// 0.94–1.15× the records per CPU-second (noise); 1 MiB doubled the heap.
-const pageBufferSize = 64 << 10
+// builds a page (256 KiB, its default). 64 KiB lowered the collector's
+// peak heap from 287–292 to 232–235 MiB on BenchmarkCollectorWriter, whose
+// messages barely compress (116 B/row), but on realistic flow data
+// (BenchmarkPipelineParquet, same run) smaller pages made the files 1.30×
+// as large: 26.8 against 20.6 B/row. Months of Parquet outweigh 55 MiB of
+// heap, so the sink keeps 256 KiB.
+const pageBufferSize = 256 << 10
 
 // initialBytesPerRow estimates the size of a row on disk until the first
 // file or row group has been measured (flow.v1 with zstd measures ≈40).

@@ -287,8 +287,14 @@ func (c *dictColumn) addMAC(v uint64) {
 	k, ok := c.macs[v]
 	if !ok {
 		start := len(c.macText)
+		if cap(c.macText)-start < 17 {
+			// A new block, never an append that moves the bytes: the
+			// dictionary's strings alias the texts written so far.
+			c.macText = make([]byte, 0, max(64*17, 2*cap(c.macText)))
+			start = 0
+		}
 		c.macText = AppendMAC(c.macText, v)
-		k = c.lookup(string(c.macText[start:]))
+		k = c.lookup(unsafe.String(&c.macText[start], 17))
 		c.macs[v] = k
 	}
 	c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, k, v, true

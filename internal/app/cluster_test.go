@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tapflow/tapflow/internal/testkit/chaos"
 	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/transport"
@@ -76,6 +78,7 @@ func TestChaosClusterR3(t *testing.T) {
 	}
 	bin, _ := chaosBinaries(t)
 	dir := t.TempDir()
+	keepOnFailure(t, dir)
 	out := filepath.Join(dir, "out")
 	start := time.Now()
 	cl := startCluster(t, filepath.Join(dir, "cluster"))
@@ -136,6 +139,7 @@ metrics:
   listen: ""
 log:
   format: json
+  level: debug
 `, name, filepath.Join(dir, name), natsYAML, name, k+1), "agent")
 	}
 	procs := append(append([]*chaos.Process{}, colls...), agents...)
@@ -183,16 +187,19 @@ log:
 	// and to take traffic for a while, runs whileDown, then restarts n
 	// with its store and waits until it is healthy (caught up) again.
 	var kills, restarts []string
+	var tl timeline
 	killNode := func(n *chaos.ClusterNode, why string, whileDown func()) {
 		t.Helper()
 		t0 := time.Now()
 		n.Kill()
+		tl.add("SIGKILL nats %s (%s)", n.Name, why)
 		kills = append(kills, fmt.Sprintf("nats %s (%s)", n.Name, why))
 		leader, err := cl.WaitLeader(transport.FlowsStream, n.Name, 60*time.Second)
 		if err != nil {
 			t.Fatalf("after SIGKILL of %s: %v; logs %s", n.Name, err, logs())
 		}
 		elected := time.Since(t0)
+		tl.add("stream leader %s", leader.Name)
 		// Records keep landing while the node is down.
 		committed := colls[0].WaitLog("committed parquet files", 30*time.Second) || colls[1].WaitLog("committed parquet files", 10*time.Second)
 		if !committed {
@@ -205,9 +212,11 @@ log:
 		if err := n.Start(); err != nil {
 			t.Fatal(err)
 		}
+		tl.add("restarted nats %s", n.Name)
 		if err := n.WaitHealthy(2 * time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		tl.add("nats %s healthy", n.Name)
 		t.Logf("SIGKILL %s (%s): new stream leader %s after %s; back and healthy after %s",
 			n.Name, why, leader.Name, elected.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	}
@@ -221,9 +230,11 @@ log:
 	// count could tell): it must start on a cluster missing a node.
 	killNode(leader, "stream leader", func() {
 		a := agents[1]
+		tl.add("SIGTERM agent-1")
 		if !a.Stop(2*time.Minute) || a.ExitErr() != nil {
 			t.Fatalf("agent-1 did not stop gracefully with %s down (%v); log %s", leader.Name, a.ExitErr(), a.LogPath())
 		}
+		tl.add("agent-1 stopped")
 		if err := a.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -255,6 +266,7 @@ log:
 	killNode(second, why, func() {
 		colls[0].WaitLog("committed parquet files", 10*time.Second)
 		colls[0].Kill()
+		tl.add("SIGKILL collector-0")
 		kills = append(kills, "collector-0 (with "+second.Name+" down)")
 		time.Sleep(500 * time.Millisecond)
 		if err := colls[0].Start(); err != nil {
@@ -269,6 +281,7 @@ log:
 
 	// Stop the agents gracefully: each publishes (or replays from its
 	// spool) everything it generated, then exits 0.
+	tl.add("SIGTERM agents")
 	var wg sync.WaitGroup
 	graceful := make([]bool, len(agents))
 	for k, a := range agents {
@@ -285,13 +298,16 @@ log:
 			t.Fatalf("agent %d never logged how many records it generated; log %s", k, a.LogPath())
 		}
 		generated[fmt.Sprintf("chaos-agent-%d", k)] = n
-		for _, bad := range []string{"batch lost", "stopping with batches in the spool"} {
+		// A batch failed downstream is lost: the synthetic source does not
+		// resend it.
+		for _, bad := range []string{"batch lost", "stopping with batches in the spool", "synthetic batches failing downstream"} {
 			if c := countLog(a.LogPath(), bad); c > 0 {
 				t.Errorf("agent %d logged %q %d times; log %s", k, bad, c, a.LogPath())
 			}
 		}
 	}
 	agentsStopped := time.Now()
+	tl.add("agents stopped")
 
 	// The collectors drain the durable consumer, then stop gracefully.
 	deadline := time.Now().Add(2 * time.Minute)
@@ -299,7 +315,8 @@ log:
 	for {
 		ci, err := cl.ConsumerInfo(transport.FlowsStream, "tapflow-collector")
 		if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 {
-			state = fmt.Sprintf("idle, last delivered stream seq %d", ci.Delivered.Stream)
+			state = fmt.Sprintf("idle, last delivered stream seq %d, ack floor %d, redelivered %d, leader %s",
+				ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumRedelivered, clusterLeader(ci.Cluster))
 			break
 		}
 		if err != nil {
@@ -316,6 +333,10 @@ log:
 			}
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	tl.add("consumer %s", state)
+	if si, err := cl.StreamInfo(transport.FlowsStream); err == nil {
+		state += fmt.Sprintf("; stream %d messages, seq %d-%d, leader %s", si.State.Msgs, si.State.FirstSeq, si.State.LastSeq, clusterLeader(si.Cluster))
 	}
 	for _, c := range colls {
 		if !c.Stop(time.Minute) {
@@ -359,8 +380,20 @@ log:
 		time.Since(start).Round(time.Second), scheduleDone.Sub(start).Round(time.Second), agentsStopped.Sub(scheduleDone).Round(time.Second),
 		drained.Sub(agentsStopped).Round(time.Second), time.Since(drained).Round(time.Second), len(kills), strings.Join(kills, ", "), strings.Join(restarts, ", "), total, generated, len(rows), dups, lost, spooling, redeliv, state)
 	if total == 0 || dups != 0 || lost != 0 || int64(len(rows)) != total {
-		t.Fatalf("not exactly once: generated %d, %d rows, %d duplicates, %d lost; logs %s", total, len(rows), dups, lost, logs())
+		agentLogs := map[string]string{}
+		for k, a := range agents {
+			agentLogs[fmt.Sprintf("chaos-agent-%d", k)] = a.LogPath()
+		}
+		t.Fatalf("not exactly once: generated %d, %d rows, %d duplicates, %d lost\n%s\nschedule:\n  %s\nlogs %s",
+			total, len(rows), dups, lost, lossReport(rows, agentLogs, out), strings.Join(tl, "\n  "), logs())
 	}
+}
+
+func clusterLeader(c *jetstream.ClusterInfo) string {
+	if c == nil {
+		return "none"
+	}
+	return c.Leader
 }
 
 // syntheticRecords reads the record count from the agent's "synthetic

@@ -376,6 +376,12 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 	if ack.Duplicate {
 		p.m.dupes.Inc()
 	}
+	// One line per acknowledged batch at debug level: with the stream
+	// sequence a lost batch can be followed from the agent to the
+	// collector's files (tapflow.batch_seqs), as the cluster chaos test does.
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("batch acknowledged by JetStream", "msg_id", id, "stream_seq", ack.Sequence, "records", records, "duplicate", ack.Duplicate, "first", first)
+	}
 	return nil
 }
 

@@ -505,6 +505,19 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 // (replicas beyond the cluster's size, a work-queue stream) fails at once
 // with the fix.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
+	return ensureStreams(ctx, js, cfg, true, log)
+}
+
+// EnsureStreamsKeepConsumers is EnsureStreams for an agent: it creates
+// the collector's durable consumers only when they are missing and never
+// updates them. An agent's config need not carry the collectors'
+// settings (its collector section is defaults), and updating would reset
+// the collectors' ack_wait and max_ack_pending at every agent start.
+func EnsureStreamsKeepConsumers(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
+	return ensureStreams(ctx, js, cfg, false, log)
+}
+
+func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, updateConsumers bool, log *slog.Logger) error {
 	if cfg.ManageStreams != nil && !*cfg.ManageStreams {
 		return waitStreams(ctx, js, log)
 	}
@@ -514,7 +527,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 	for attempt := 1; ; attempt++ {
 		var err error
 		for _, sc := range streams {
-			if err = ensureStream(ctx, js, sc, consumers[sc.Name], log); err != nil {
+			if err = ensureStream(ctx, js, sc, consumers[sc.Name], updateConsumers, log); err != nil {
 				break
 			}
 		}
@@ -572,7 +585,7 @@ var errPermanent = errors.New("permanent")
 // no publish in between is dropped for lack of interest; an existing
 // limits stream is switched the same way (NATS allows limits <-> interest
 // in place, not to or from work queue).
-func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, log *slog.Logger) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, updateConsumer bool, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var old *jetstream.StreamInfo
@@ -594,9 +607,15 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 			"Stop the agents, let whatever consumes the stream empty it (or back it up: nats stream backup %s <dir>), then run: nats stream rm -f %s; tapflow creates it again at the next start",
 			sc.Name, old.State.Msgs, old.State.Bytes, sc.Retention, errPermanent, sc.Name, sc.Name)
 	}
-	if cc != nil {
+	switch {
+	case cc != nil && updateConsumer:
 		if _, err := js.CreateOrUpdateConsumer(cctx, sc.Name, *cc); err != nil {
 			return fmt.Errorf("create or update consumer %s on %s: %w", cc.Durable, sc.Name, err)
+		}
+	case cc != nil:
+		// An existing consumer, whatever its settings, is the collectors'.
+		if _, err := js.CreateConsumer(cctx, sc.Name, *cc); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return fmt.Errorf("create consumer %s on %s: %w", cc.Durable, sc.Name, err)
 		}
 	}
 	upd, err := js.UpdateStream(cctx, sc)

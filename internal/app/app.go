@@ -282,7 +282,9 @@ func runtimeBody(ctx context.Context, cfg config.Config, rt *runtime, mode natsM
 			if !waitConnected(ctx, rt.nc) {
 				return
 			}
-			if err := transport.EnsureStreams(ctx, rt.js, cfg.NATS, log); err != nil {
+			// Only agents start in the background: they keep the
+			// collectors' consumer settings.
+			if err := transport.EnsureStreamsKeepConsumers(ctx, rt.js, cfg.NATS, log); err != nil {
 				if ctx.Err() == nil {
 					fatal(err)
 				}

@@ -144,9 +144,19 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 			p.log.Warn("spool replay: publish failed; retrying", "msg_id", e.MsgID, "spooled_batches", n, "spooled_bytes", bytes, "retry_in", delay, "err", err)
 		}
 		sleep(ctx, delay)
+		// A full stream is NATS answering: room comes back as soon as a
+		// collector acks, and a refused attempt costs one round trip,
+		// so the replay looks again every second at most rather than
+		// sleeping up to 5 s past the moment the backlog has room.
 		delay = min(delay*2, 5*time.Second)
+		if errors.Is(err, errStreamFull) {
+			delay = min(delay, fullRetryMax)
+		}
 	}
 }
+
+// fullRetryMax caps the replay's backoff while the stream is full.
+const fullRetryMax = time.Second
 
 func (p *PublisherOf[T]) setFailing(v bool) (changed bool) {
 	p.replayMu.Lock()

@@ -68,9 +68,22 @@ func TestAgentAttributesFromInventoryServe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// Not a fixed 3 s run: the inventory load (a snapshot over NATS)
+		// and the first batch can take that long on a loaded box, and a
+		// stop inside Load fails the run. Two seconds once records flow.
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if err := a.Run(ctx); err != nil {
+		runDone := make(chan error, 1)
+		go func() { runDone <- a.Run(ctx) }()
+		for deadline := time.Now().Add(2 * time.Minute); c.records.Load() == 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("no records 2 min after the agent started (run: %v)", <-runDone)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		cancel()
+		if err := <-runDone; err != nil {
 			t.Fatal(err)
 		}
 		if got := a.engine.Snapshot().Stats(); got.Endpoints != want.Endpoints || got.AmphoraMACs != want.AmphoraMACs {

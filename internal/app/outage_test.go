@@ -93,7 +93,12 @@ func TestAgentStartsDuringOutage(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent", ShutdownTimeout: cfg.Agent.ShutdownTimeout.D()},
+			// The graceful stop publishes what the edges hold; under load
+			// the publisher is slower than the source, so every edge is
+			// full at the stop. At load 30 (-race, a collector in the same
+			// process) that was ~60 batches at ~1.5 s each: over the 90 s
+			// drain. Edges of 2 bound the stop to ~10 batches.
+			a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent", EdgeCapacity: 2, ShutdownTimeout: cfg.Agent.ShutdownTimeout.D()},
 				a.source, []pipeline.Transform{a.engine, c}, a.sink, nil, log)
 			if err != nil {
 				return err

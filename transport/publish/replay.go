@@ -65,6 +65,10 @@ func (p *PublisherOf[T]) wake() {
 	}
 }
 
+// connPoll is how often the replayer looks whether a lost connection is
+// back (a status check, no I/O).
+const connPoll = 100 * time.Millisecond
+
 // replay publishes spooled entries oldest first until ctx ends, retrying
 // each with backoff; only an acknowledged entry is consumed.
 func (p *PublisherOf[T]) replay(ctx context.Context) {
@@ -91,6 +95,26 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 			continue
 		}
 		p.sp.Metrics().OldestAge.Set(time.Since(e.Created).Seconds())
+		if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+			// Not an answer from NATS, so no attempt and no backoff:
+			// before its first connect a connection has no server INFO
+			// and nats.go refuses every publish with headers
+			// (ErrHeadersNotSupported, a misleading "headers not
+			// supported by this server"); while reconnecting it fails
+			// it at once. The entry stays first in the spool, and the
+			// replay starts within connPoll of the connection coming up
+			// instead of after up to 5 s of backoff grown during the
+			// outage.
+			p.setFailing(true)
+			if time.Since(lastLog) > 30*time.Second {
+				lastLog = time.Now()
+				n, bytes := p.sp.Pending()
+				p.log.Warn("spool replay: NATS not connected; the spool waits", "status", nc.Status().String(), "spooled_batches", n, "spooled_bytes", bytes)
+			}
+			sleep(ctx, connPoll)
+			delay = 100 * time.Millisecond
+			continue
+		}
 		msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: p.spooledHeader(e)}
 		err = p.publishOnce(ctx, msg, e.MsgID, e.Records, false)
 		if err == nil {
@@ -120,9 +144,19 @@ func (p *PublisherOf[T]) replay(ctx context.Context) {
 			p.log.Warn("spool replay: publish failed; retrying", "msg_id", e.MsgID, "spooled_batches", n, "spooled_bytes", bytes, "retry_in", delay, "err", err)
 		}
 		sleep(ctx, delay)
+		// A full stream is NATS answering: room comes back as soon as a
+		// collector acks, and a refused attempt costs one round trip,
+		// so the replay looks again every second at most rather than
+		// sleeping up to 5 s past the moment the backlog has room.
 		delay = min(delay*2, 5*time.Second)
+		if errors.Is(err, errStreamFull) {
+			delay = min(delay, fullRetryMax)
+		}
 	}
 }
+
+// fullRetryMax caps the replay's backoff while the stream is full.
+const fullRetryMax = time.Second
 
 func (p *PublisherOf[T]) setFailing(v bool) (changed bool) {
 	p.replayMu.Lock()

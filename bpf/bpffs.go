@@ -101,10 +101,11 @@ const procPIDInitIno = 0xEFFFFFFC
 // by unshare -m or bind-mounted into a container, is; a bpffs mounted in
 // a private mount namespace (ours under ip netns exec, a container's
 // own) is not. That needs /proc/1 to be the host's init, i.e. the
-// initial PID namespace. In a container with a PID namespace of its own
-// the host's mounts are out of sight: a bpffs this process mounted there
-// is the container's and goes with it; one it found is taken for the
-// host's, bind-mounted as docs/containers.md asks (not verifiable).
+// initial PID namespace and readable. When the host's mounts are out of
+// sight (a container with a PID namespace of its own; the systemd unit's
+// ProtectProc=invisible hides /proc/1) a bpffs this process mounted is
+// its namespace's and goes with it; one it found is taken for the host's,
+// bind-mounted as the unit and docs/containers.md do (not verifiable).
 func PinDurable(pinDir string, mountedHere bool) PinDurability {
 	return pinDurable(pinDir, mountedHere, "/proc/self/ns/pid", "/proc/1/mountinfo")
 }
@@ -132,7 +133,7 @@ func pinDurable(pinDir string, mountedHere bool, pidNS, initMountinfo string) Pi
 	if mountedHere {
 		return PinDurability{Reason: "this agent mounted the bpffs itself inside a container (a PID and mount namespace of its own): it goes away with the container"}
 	}
-	return PinDurability{Durable: true, Reason: "assumed: the host's mounts are out of sight (a PID namespace of its own); the bpffs is taken for the host's, bind-mounted"}
+	return PinDurability{Durable: true, Reason: "assumed: the host's mounts are out of sight (a PID namespace of its own, or /proc/1 hidden as by systemd's ProtectProc=invisible); the bpffs found mounted is taken for the host's, bind-mounted"}
 }
 
 // existingAncestor is p or its nearest existing parent (the pin directory

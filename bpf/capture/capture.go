@@ -84,6 +84,8 @@ type Capture struct {
 	h      Handler
 	m      *metrics
 	detach bool
+	// ackWait is the const ackWait (tests shorten it before the stop).
+	ackWait time.Duration
 
 	// Owned by Run's goroutine.
 	objs       *bpf.Objects
@@ -201,7 +203,7 @@ func New(cfg Config, opts Options) (*Capture, error) {
 		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach || cfg.Detach,
 		ifaces: map[int]*iface{}, names: map[uint32]nameEntry{},
 		batch: make([]Record, 0, batchMax), pinned: cfg.PinDir != "", ackSig: make(chan struct{}, 1),
-		exportReq: make(chan exportReq), quit: make(chan struct{}),
+		exportReq: make(chan exportReq), quit: make(chan struct{}), ackWait: ackWait,
 	}
 	for s := uint32(cfg.MaxInterfaces); s >= 1; s-- {
 		c.freeSlots = append(c.freeSlots, s)
@@ -944,7 +946,7 @@ func (c *Capture) shutdown(ctx context.Context) error {
 	for _, ifc := range c.ifaces {
 		c.release(ifc, "shutdown")
 	}
-	until, cancel := context.WithTimeout(context.Background(), ackWait)
+	until, cancel := context.WithTimeout(context.Background(), c.ackWait)
 	defer cancel()
 	var errs []error
 	if err := c.sweepUntil(ctx, until, 0, bpf.EndShutdown); err != nil {
@@ -957,12 +959,12 @@ func (c *Capture) shutdown(ctx context.Context) error {
 	if err := c.meters(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	acked := c.waitAcks(ackWait)
+	acked := c.waitAcks(c.ackWait)
 	switch {
 	case c.pinned && c.durable && len(errs) > 0:
 		errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: the flush failed", c.cfg.PinDir))
 	case c.pinned && c.durable && !acked:
-		errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: records not durable within %s stay in its ring; run --detach again once the downstream is back", c.cfg.PinDir, ackWait))
+		errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: records not durable within %s stay in its ring; run --detach again once the downstream is back", c.cfg.PinDir, c.ackWait))
 	default:
 		if len(errs) > 0 || !acked {
 			c.strand(len(errs) > 0)
@@ -1008,7 +1010,7 @@ func (c *Capture) strand(held bool) {
 	c.m.strandedRecords.Add(float64(recs))
 	c.m.strandedBytes.Add(float64(bytes))
 	c.log.Error("flow records left behind at stop with nothing to adopt them (tapflow_capture_stranded_*)",
-		"records", recs, "bytes", bytes, "wait", ackWait.String(), "ring_unread_bytes", c.ring.Unread())
+		"records", recs, "bytes", bytes, "wait", c.ackWait.String(), "ring_unread_bytes", c.ring.Unread())
 }
 
 // keep is the stop with a pin that outlives the agent: export every flow
@@ -1020,7 +1022,7 @@ func (c *Capture) strand(held bool) {
 // this stop's meter delta and in the next run's records.
 func (c *Capture) keep(ctx context.Context) error {
 	start := time.Now()
-	until, cancel := context.WithTimeout(context.Background(), ackWait)
+	until, cancel := context.WithTimeout(context.Background(), c.ackWait)
 	defer cancel()
 	var errs []error
 	if err := c.drain(ctx); err != nil {
@@ -1028,7 +1030,7 @@ func (c *Capture) keep(ctx context.Context) error {
 	}
 	if err := c.sweepUntil(ctx, until, 0, bpf.EndShutdown); errors.Is(err, context.DeadlineExceeded) {
 		c.log.Warn("the stop's export waited for ring space longer than the ack wait: the rest stays in the pinned table for the next start",
-			"wait", ackWait.String())
+			"wait", c.ackWait.String())
 	} else if err != nil {
 		errs = append(errs, err)
 	}
@@ -1036,9 +1038,9 @@ func (c *Capture) keep(ctx context.Context) error {
 	if err := c.meters(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if !c.waitAcks(ackWait) {
+	if !c.waitAcks(c.ackWait) {
 		c.log.Warn("handed-over records not durable at stop: they stay in the pinned ring and the next run hands them over again",
-			"wait", ackWait.String(), "ring_unacked_bytes", c.ring.Uncommitted())
+			"wait", c.ackWait.String(), "ring_unacked_bytes", c.ring.Uncommitted())
 	}
 	for _, ifc := range c.ifaces {
 		if ifc.handle != nil {

@@ -214,6 +214,11 @@ func (p *agentProc) stop(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("tapflow run did not stop within 2m of SIGINT")
 	}
+	for _, e := range logEntries(t, p.log, 0) {
+		if strings.Contains(fmt.Sprint(e["msg"]), "left behind at stop") {
+			t.Errorf("the stop stranded records: %v", e)
+		}
+	}
 }
 
 func tailLines(s string, n int) string {

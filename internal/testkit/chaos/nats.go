@@ -18,6 +18,7 @@ import (
 // same address and store.
 type NATS struct {
 	bin, store, addr string
+	stock            bool // NewStockNATS: a plain nats-server, no streams
 	log              *os.File
 	cmd              *exec.Cmd
 	exited           chan struct{}
@@ -45,6 +46,9 @@ func (n *NATS) LogPath() string { return n.log.Name() }
 func (n *NATS) Start() error {
 	if n.cmd != nil {
 		return errors.New("chaos: nats already running")
+	}
+	if n.stock {
+		return n.startStock()
 	}
 	cmd := exec.Command(n.bin, "-store", n.store, "-listen", n.addr)
 	cmd.Stderr = n.log

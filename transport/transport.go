@@ -752,7 +752,8 @@ func legacyLimits(ctx context.Context, js jetstream.JetStream, old *jetstream.St
 	}
 	// Detach first: from here no publish lands in it, so the check below
 	// is final.
-	cfg := st.CachedInfo().Config
+	orig := st.CachedInfo().Config
+	cfg := orig
 	cfg.Subjects = []string{setupSubject(sc)}
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("detach stream %s before recreating it: %w", sc.Name, err)
@@ -760,11 +761,12 @@ func legacyLimits(ctx context.Context, js jetstream.JetStream, old *jetstream.St
 	if pending, err = unacked(ctx, st); err != nil || pending > 0 {
 		// Something landed between the checks: give it its subjects back
 		// and decide again at the next attempt.
-		_, uerr := js.UpdateStream(ctx, st.CachedInfo().Config)
+		_, uerr := js.UpdateStream(ctx, orig)
 		return errors.Join(fmt.Errorf("stream %s: %d messages arrived while it was being recreated; retrying", sc.Name, pending), err, uerr)
 	}
 	if err := js.DeleteStream(ctx, sc.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("delete stream %s to recreate it with interest retention: %w", sc.Name, err)
+		_, uerr := js.UpdateStream(ctx, orig) // attached again: agents deliver meanwhile
+		return errors.Join(fmt.Errorf("delete stream %s (every message acked) to recreate it with interest retention: %w; this NATS user needs $JS.API.STREAM.DELETE.%s once, or run nats stream rm -f %s", sc.Name, err, sc.Name, sc.Name), uerr)
 	}
 	log.Warn("stream recreated with interest retention: it had limits retention (an older tapflow) and every message in it was acked by every consumer; this nats-server cannot change retention in place",
 		"stream", sc.Name, "messages_removed", old.State.Msgs, "server_version", js.Conn().ConnectedServerVersion())

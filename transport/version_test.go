@@ -22,7 +22,12 @@ import (
 // path; every other test runs real servers.
 func oldServer(t *testing.T, version string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return oldServerOn(t, "127.0.0.1:0", version)
+}
+
+func oldServerOn(t *testing.T, addr, version string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +118,30 @@ func TestOldServerRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOldServerRefusedInBackground: an agent started before its NATS
+// answers (ConnectBackground) stops with ErrServerTooOld once an old
+// server appears on the address, within seconds.
+func TestOldServerRefusedInBackground(t *testing.T) {
+	addr := freeAddr(t)
+	cfg := transport.DefaultConfig()
+	cfg.URL = "nats://" + addr
+	fatal := make(chan error, 1)
+	nc, err := transport.ConnectBackground(cfg, "agent", slog.New(slog.DiscardHandler), func(err error) { fatal <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	oldServerOn(t, addr, "2.8.4")
+	select {
+	case err := <-fatal:
+		if !errors.Is(err, transport.ErrServerTooOld) || !strings.Contains(err.Error(), "2.8.4") {
+			t.Fatalf("fatal: %v, want ErrServerTooOld naming 2.8.4", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no fatal error 15 s after an old server appeared")
 	}
 }
 

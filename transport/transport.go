@@ -526,12 +526,14 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 // EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
 // TAPFLOW_DLQ, and the collector's durable consumers on the first two
 // (cfg.Collector), before any agent publishes: with interest retention a
-// message published while no consumer exists is dropped at once. A stream
-// an older tapflow created with limits retention is migrated to interest
-// in place (logged). It is idempotent and retries with backoff while
-// JetStream is unavailable; a configuration the server can never accept
-// (replicas beyond the cluster's size, a work-queue stream) fails at once
-// with the fix.
+// message published while no consumer exists is dropped at once
+// (ensureStream: a new stream gets its subjects only after its consumer).
+// A stream an older tapflow created with limits retention is migrated to
+// interest in place where the server can (2.10+), recreated on 2.9 when
+// every message in it is acked (logged). It is idempotent and retries with
+// backoff while JetStream is unavailable; a configuration the server can
+// never accept (replicas beyond the cluster's size, a work-queue stream, a
+// limits stream with unacked messages on 2.9) fails at once with the fix.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
 	return ensureStreams(ctx, js, cfg, true, log)
 }

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/internal/testkit/transporttest"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tapflow/tapflow/transport"
 )
 
@@ -14,14 +15,20 @@ import (
 // (EnsureStreamsKeepConsumers, its config's collector section at
 // defaults) creates missing consumers but never resets the collectors'
 // ack_wait and max_ack_pending; a collector's EnsureStreams still
-// updates them.
+// updates them. On 2.9 a consumer create of an existing durable is an
+// update, so the agent must look before it creates.
 func TestAgentKeepsCollectorConsumerSettings(t *testing.T) {
+	for _, k := range serverKinds {
+		t.Run(k.name, func(t *testing.T) { t.Parallel(); agentKeepsCollectorConsumerSettings(t, k.start(t)) })
+	}
+}
+
+func agentKeepsCollectorConsumerSettings(t *testing.T, js jetstream.JetStream) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	s := transporttest.Listen(t, "", "127.0.0.1:0")
 	ackWait := func() (time.Duration, int) {
 		t.Helper()
-		c, err := s.JS.Consumer(ctx, transport.FlowsStream, transport.DefaultDurable)
+		c, err := js.Consumer(ctx, transport.FlowsStream, transport.DefaultDurable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +55,7 @@ func TestAgentKeepsCollectorConsumerSettings(t *testing.T) {
 		if st.agent {
 			ensure = transport.EnsureStreamsKeepConsumers
 		}
-		if err := ensure(ctx, s.JS, st.cfg, log); err != nil {
+		if err := ensure(ctx, js, st.cfg, log); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		if a, m := ackWait(); a != st.wantAck || m != st.wantMax {

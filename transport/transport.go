@@ -292,7 +292,11 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(cfg.URL, opts...)
 		if err == nil {
-			log.Info("connected to NATS", "url", connectedURL(nc), "attempts", attempt)
+			if verr := checkServerVersion(nc); verr != nil {
+				nc.Close()
+				return nil, verr
+			}
+			log.Info("connected to NATS", "url", connectedURL(nc), "server_version", nc.ConnectedServerVersion(), "attempts", attempt)
 			return nc, nil
 		}
 		if isAuthError(err) {
@@ -326,7 +330,11 @@ func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(err
 	opts := append(clientOptions(cfg, name, log), sec...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err == nil {
-		log.Info("connected to NATS", "url", connectedURL(nc))
+		if verr := checkServerVersion(nc); verr != nil {
+			nc.Close()
+			return nil, verr
+		}
+		log.Info("connected to NATS", "url", connectedURL(nc), "server_version", nc.ConnectedServerVersion())
 		return nc, nil
 	}
 	if isAuthError(err) {
@@ -346,7 +354,19 @@ func ConnectBackground(cfg Config, name string, log *slog.Logger, fatal func(err
 	}
 	opts = append(opts,
 		nats.RetryOnFailedConnect(true),
-		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to NATS", "url", connectedURL(nc)) }),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			if err := checkServerVersion(nc); err != nil {
+				// Nothing is published to a server tapflow does not
+				// support: the batches stay in the spool.
+				log.Error("NATS server refused: too old", "err", err)
+				go nc.Close() // not from within nats.go's callback
+				if fatal != nil {
+					fatal(err)
+				}
+				return
+			}
+			log.Info("connected to NATS", "url", connectedURL(nc), "server_version", nc.ConnectedServerVersion())
+		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil && isAuthError(err) && fatal != nil {
 				fatal(authError(cfg, err))
@@ -428,7 +448,15 @@ func clientOptions(cfg Config, name string, log *slog.Logger) []nats.Option {
 				log.Warn("NATS connection lost; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", connectedURL(nc)) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			if err := checkServerVersion(nc); err != nil {
+				// A cluster node older than the rest: said loudly, not
+				// fatal (the cluster may be mid-upgrade).
+				log.Error("NATS reconnected to a server older than tapflow supports", "err", err, "fix", "upgrade every node of the NATS cluster to "+MinServerVersion+" or later")
+				return
+			}
+			log.Info("NATS reconnected", "url", connectedURL(nc))
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if isAuthError(err) {
 				log.Error("NATS refused the credentials", "as", who, "err", err, "fix", "fix nats.user and nats.password_file, token_file, nkey_seed_file, creds_file or the user in nats.url")
@@ -498,12 +526,14 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 // EnsureStreams creates or updates TAPFLOW_FLOWS, TAPFLOW_METERS and
 // TAPFLOW_DLQ, and the collector's durable consumers on the first two
 // (cfg.Collector), before any agent publishes: with interest retention a
-// message published while no consumer exists is dropped at once. A stream
-// an older tapflow created with limits retention is migrated to interest
-// in place (logged). It is idempotent and retries with backoff while
-// JetStream is unavailable; a configuration the server can never accept
-// (replicas beyond the cluster's size, a work-queue stream) fails at once
-// with the fix.
+// message published while no consumer exists is dropped at once
+// (ensureStream: a new stream gets its subjects only after its consumer).
+// A stream an older tapflow created with limits retention is migrated to
+// interest in place where the server can (2.10+), recreated on 2.9 when
+// every message in it is acked (logged). It is idempotent and retries with
+// backoff while JetStream is unavailable; a configuration the server can
+// never accept (replicas beyond the cluster's size, a work-queue stream, a
+// limits stream with unacked messages on 2.9) fails at once with the fix.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
 	return ensureStreams(ctx, js, cfg, true, log)
 }
@@ -556,10 +586,15 @@ func waitStreams(ctx context.Context, js jetstream.JetStream, log *slog.Logger) 
 		var err error
 		for _, name := range []string{FlowsStream, MetersStream} {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = js.Stream(cctx, name)
+			var st jetstream.Stream
+			st, err = js.Stream(cctx, name)
 			cancel()
 			if err != nil {
 				err = fmt.Errorf("stream %s: %w", name, err)
+				break
+			}
+			if subj := st.CachedInfo().Config.Subjects; len(subj) == 1 && strings.HasSuffix(subj[0], "~setup") {
+				err = fmt.Errorf("stream %s: being created (its consumers first)", name)
 				break
 			}
 		}
@@ -576,15 +611,40 @@ func waitStreams(ctx context.Context, js jetstream.JetStream, log *slog.Logger) 
 	}
 }
 
+// afterCreate, when set (tests), runs right after ensureStream created a
+// stream, before its consumer exists.
+var afterCreate func(stream string)
+
 // errPermanent marks stream errors that retrying cannot fix.
 var errPermanent = errors.New("permanent")
 
-// ensureStream brings the stream to sc, creating consumer cc (when not
-// nil) before the stream gets interest retention: a new stream is
-// created with limits retention and switched once its consumer exists, so
-// no publish in between is dropped for lack of interest; an existing
-// limits stream is switched the same way (NATS allows limits <-> interest
-// in place, not to or from work queue).
+// setupSubject is the one subject an interest stream has between its
+// creation and its consumers' (ensureStream): inside the stream's own
+// subject space, so the consumers' filters are valid on every server, and
+// a token no agent publishes on (node names are [A-Za-z0-9_-]).
+func setupSubject(sc jetstream.StreamConfig) string {
+	return strings.TrimSuffix(sc.Subjects[0], ">") + "~setup"
+}
+
+// detached is sc with only its setup subject: no agent's publish can land
+// in it, so none is dropped while it has no consumer.
+func detached(sc jetstream.StreamConfig) jetstream.StreamConfig {
+	sc.Subjects = []string{setupSubject(sc)}
+	return sc
+}
+
+// ensureStream brings the stream to sc with consumer cc (when not nil) in
+// place before any agent's publish can land in it: an interest stream
+// drops at once a message no consumer wants. A new interest stream is
+// created detached (only its setup subject), its consumer added, and only
+// then given its subjects; whoever gives it its subjects (an agent, a
+// collector, concurrently) has made sure of the consumer first, and
+// tapflow never deletes that consumer. This works on every supported
+// nats-server: 2.9 cannot change a stream's retention in place, 2.10 and
+// later can. A stream an older tapflow created with limits retention is
+// switched to interest in place where the server allows it (logged); on
+// a 2.9 server it is recreated when deleting it loses nothing, else the
+// error says what to do (legacyLimits).
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, updateConsumer bool, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -595,9 +655,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		old = st.CachedInfo()
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		first := sc
-		first.Retention = jetstream.LimitsPolicy
+		if sc.Retention == jetstream.InterestPolicy {
+			first = detached(sc)
+		}
 		if _, err := js.CreateStream(cctx, first); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return streamError(sc, err)
+		}
+		if afterCreate != nil {
+			afterCreate(sc.Name)
 		}
 	default:
 		return fmt.Errorf("stream %s: %w", sc.Name, err)
@@ -607,18 +672,19 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 			"Stop the agents, let whatever consumes the stream empty it (or back it up: nats stream backup %s <dir>), then run: nats stream rm -f %s; tapflow creates it again at the next start",
 			sc.Name, old.State.Msgs, old.State.Bytes, sc.Retention, errPermanent, sc.Name, sc.Name)
 	}
-	switch {
-	case cc != nil && updateConsumer:
-		if _, err := js.CreateOrUpdateConsumer(cctx, sc.Name, *cc); err != nil {
-			return fmt.Errorf("create or update consumer %s on %s: %w", cc.Durable, sc.Name, err)
-		}
-	case cc != nil:
-		// An existing consumer, whatever its settings, is the collectors'.
-		if _, err := js.CreateConsumer(cctx, sc.Name, *cc); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-			return fmt.Errorf("create consumer %s on %s: %w", cc.Durable, sc.Name, err)
+	if cc != nil {
+		if err := ensureConsumer(cctx, js, sc.Name, *cc, updateConsumer); err != nil {
+			return err
 		}
 	}
 	upd, err := js.UpdateStream(cctx, sc)
+	if err != nil && old != nil && old.Config.Retention != sc.Retention && retentionChangeRefused(err) {
+		if err := legacyLimits(cctx, js, old, sc, log); err != nil {
+			return err
+		}
+		// Deleted: created again, detached first, as on an empty server.
+		return ensureStream(ctx, js, sc, cc, updateConsumer, log)
+	}
 	if err != nil {
 		return streamError(sc, err)
 	}
@@ -628,6 +694,114 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 			"messages_before", old.State.Msgs, "messages_after", info.State.Msgs, "bytes_after", info.State.Bytes)
 	}
 	return nil
+}
+
+// ensureConsumer creates consumer cc on stream, or brings an existing one
+// to cc when update is set. Without update an existing consumer, whatever
+// its settings, is the collectors' and is left alone: it is looked up
+// first, because a 2.9 server treats a create of an existing durable as
+// an update.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cc jetstream.ConsumerConfig, update bool) error {
+	if update {
+		if _, err := js.CreateOrUpdateConsumer(ctx, stream, cc); err != nil {
+			return fmt.Errorf("create or update consumer %s on %s: %w", cc.Durable, stream, err)
+		}
+		return nil
+	}
+	_, err := js.Consumer(ctx, stream, cc.Durable)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, err)
+	}
+	if _, err := js.CreateConsumer(ctx, stream, cc); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("create consumer %s on %s: %w", cc.Durable, stream, err)
+	}
+	return nil
+}
+
+// retentionChangeRefused: the server cannot change a stream's retention
+// in place (nats-server 2.9: "stream configuration update can not change
+// retention policy", err_code 10052).
+func retentionChangeRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10052 && strings.Contains(apiErr.Description, "retention")
+}
+
+// legacyLimits handles a stream an older tapflow created with limits
+// retention on a server that cannot switch it to interest in place
+// (2.9). With limits retention acked messages stay, so the stream can be
+// recreated without loss only when every consumer on it has acked every
+// message: then it is detached (no publish lands in it any more), checked
+// again, deleted and created anew as ensureStream does. Otherwise the
+// error names the messages at stake and the ways out. nil: deleted, to
+// be created again.
+func legacyLimits(ctx context.Context, js jetstream.JetStream, old *jetstream.StreamInfo, sc jetstream.StreamConfig, log *slog.Logger) error {
+	st, err := js.Stream(ctx, sc.Name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
+	pending, err := unacked(ctx, st)
+	if err != nil {
+		return err
+	}
+	if pending > 0 {
+		return fmt.Errorf("stream %s has %s retention (an older tapflow created it so) and holds %d messages (%d bytes), %d of them not yet acked by every consumer; tapflow needs interest retention and this nats-server (%s) cannot change a stream's retention in place: %w. "+
+			"Either upgrade nats-server to 2.10 or later (tapflow then migrates the stream in place at its next start, nothing lost), "+
+			"or keep 2.9 and recreate the stream: stop the agents, back it up if you need its messages (nats stream backup %s <dir>), run nats stream rm -f %s and start tapflow again (the unacked messages are gone)",
+			sc.Name, strings.ToLower(old.Config.Retention.String()), old.State.Msgs, old.State.Bytes, pending, js.Conn().ConnectedServerVersion(), errPermanent, sc.Name, sc.Name)
+	}
+	// Detach first: from here no publish lands in it, so the check below
+	// is final.
+	orig := st.CachedInfo().Config
+	cfg := orig
+	cfg.Subjects = []string{setupSubject(sc)}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("detach stream %s before recreating it: %w", sc.Name, err)
+	}
+	if pending, err = unacked(ctx, st); err != nil || pending > 0 {
+		// Something landed between the checks: give it its subjects back
+		// and decide again at the next attempt.
+		_, uerr := js.UpdateStream(ctx, orig)
+		return errors.Join(fmt.Errorf("stream %s: %d messages arrived while it was being recreated; retrying", sc.Name, pending), err, uerr)
+	}
+	if err := js.DeleteStream(ctx, sc.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, uerr := js.UpdateStream(ctx, orig) // attached again: agents deliver meanwhile
+		return errors.Join(fmt.Errorf("delete stream %s (every message acked) to recreate it with interest retention: %w; this NATS user needs $JS.API.STREAM.DELETE.%s once, or run nats stream rm -f %s", sc.Name, err, sc.Name, sc.Name), uerr)
+	}
+	log.Warn("stream recreated with interest retention: it had limits retention (an older tapflow) and every message in it was acked by every consumer; this nats-server cannot change retention in place",
+		"stream", sc.Name, "messages_removed", old.State.Msgs, "server_version", js.Conn().ConnectedServerVersion())
+	return nil
+}
+
+// unacked is how many messages of st some consumer has not acked yet
+// (all of them when it has no consumer).
+func unacked(ctx context.Context, st jetstream.Stream) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	var worst uint64
+	n := 0
+	lister := st.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		n++
+		// Everything after the ack floor is either pending or unacked.
+		if ci.AckFloor.Stream < info.State.LastSeq {
+			worst = max(worst, info.State.LastSeq-max(ci.AckFloor.Stream, info.State.FirstSeq-1))
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return 0, fmt.Errorf("stream %s: list consumers: %w", info.Config.Name, err)
+	}
+	if n == 0 {
+		return info.State.Msgs, nil
+	}
+	return worst, nil
 }
 
 // streamError wraps a create or update error with the fix when the server

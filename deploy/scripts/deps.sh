@@ -25,6 +25,9 @@ command -v promtool >/dev/null || need+=(prometheus)
 # the JavaScript example subscriber (examples/js-subscriber, run by test-go)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# Debian 12's nats-server (2.9.10, the oldest supported): the delivery chaos
+# test and transport tests run against it too (Debian installs it in /usr/sbin)
+[[ -x /usr/sbin/nats-server ]] || need+=(nats-server)
 # the terminal test of tapflow top (renders under a real tmux pane)
 command -v tmux >/dev/null || need+=(tmux)
 
@@ -39,3 +42,8 @@ echo "deps: installing ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# the tests run nats-server themselves; Debian's package starts a system
+# one on 127.0.0.1:4222, which nothing here wants
+if [[ " ${need[*]} " == *" nats-server "* ]]; then
+	systemctl disable --now nats-server >/dev/null 2>&1 || true
+fi

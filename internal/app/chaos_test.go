@@ -95,6 +95,16 @@ func (n *natsProc) start(t *testing.T) {
 
 func (n *natsProc) stop() { n.Stop() }
 
+// version is the running server's version, as it reports it.
+func (n *natsProc) version(t *testing.T) string {
+	nc, err := nats.Connect("nats://"+n.addr, nats.Name("chaos-probe"), nats.MaxReconnects(0))
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer nc.Close()
+	return nc.ConnectedServerVersion()
+}
+
 // consumerIdle reports whether the collector's durable consumer has
 // nothing pending and nothing unacked.
 func (n *natsProc) consumerIdle(t *testing.T, durable string) (bool, string) {
@@ -144,6 +154,11 @@ type chaosRun struct {
 	// mustLog: one of these must appear in the collector's log (proof
 	// the outage bit).
 	mustLog []string
+	// stockNATS, when set, is a stock nats-server binary (Debian's) run
+	// as an operator runs it, with no streams: the collectors and the
+	// agent create them as they start. Empty: chaosnats, the linked
+	// version with the streams created.
+	stockNATS string
 }
 
 // runChaos: an in-process agent (synthetic source → attribution →
@@ -168,6 +183,13 @@ func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
 	t.Logf("chaos seed %d (TAPFLOW_CHAOS_SEED=%d reproduces the schedule)", seed, seed)
 
 	nsrv := newNATSProc(t, natsBin, dir)
+	if r.stockNATS != "" {
+		n, err := chaos.NewStockNATS(r.stockNATS, filepath.Join(dir, "nats"), filepath.Join(dir, "nats.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nsrv = &natsProc{NATS: n}
+	}
 	nsrv.start(t)
 	defer nsrv.Close()
 	px, err := chaos.NewProxy(nsrv.addr)
@@ -251,6 +273,15 @@ log:
 	}
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
+	if r.stockNATS != "" {
+		// As app.go does for an agent: the streams are created (or found)
+		// while the agent already runs and spools, racing the collectors.
+		go func() {
+			if err := transport.EnsureStreamsKeepConsumers(agentCtx, ajs, acfg.NATS, quiet); err != nil && agentCtx.Err() == nil {
+				t.Errorf("agent's EnsureStreams: %v", err)
+			}
+		}()
+	}
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- a.Run(agentCtx) }()
 
@@ -377,8 +408,8 @@ log:
 	for _, c := range colls {
 		redeliv += collectorDedupes(t, c.LogPath())
 	}
-	t.Logf("chaos: %s, %d collector(s), starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
-		elapsed.Round(time.Second), ncoll, starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
+	t.Logf("chaos: nats-server %s; %s, %d collector(s), starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
+		nsrv.version(t), elapsed.Round(time.Second), ncoll, starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
 	if dups != 0 || lost != 0 || bytes != count.bytes.Load() || int64(len(rows)) != count.records.Load() {
 		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector logs %s", len(rows), dups, lost, bytes, count.bytes.Load(), logs())
 	}
@@ -486,16 +517,41 @@ func readLocalOutput(out string) func(t *testing.T) []schemas.Flow {
 	}
 }
 
-// TestChaosCollectorKilled: 20 SIGKILLs of the collector process, two NATS
-// restarts and a 30 s cut between agent and NATS; nothing lost, nothing
-// twice.
+// TestChaosCollectorKilled: SIGKILLs of the collector process, two NATS
+// restarts and a cut between agent and NATS; nothing lost, nothing twice;
+// on every nats-server tapflow supports: the version it links (20 kills,
+// a 30 s cut) and Debian 12's package, 2.9.10, the oldest supported,
+// with no streams at start (10 kills, a 10 s cut: half the wall time;
+// the same paths, the linked run covers the long tail). A missing
+// Debian server fails the test as root or with $CI set (deps.sh installs it).
 func TestChaosCollectorKilled(t *testing.T) {
 	t.Parallel()
-	out := t.TempDir()
-	runChaos(t, chaosRun{
-		outputYAML: "  output: " + out,
-		readOutput: readLocalOutput(out),
-	}, 20, 30*time.Second)
+	for _, tc := range []struct {
+		server string
+		kills  int
+		cut    time.Duration
+	}{
+		{"linked", 20, 30 * time.Second},
+		{"debian-2.9", 10, 10 * time.Second},
+	} {
+		t.Run(tc.server, func(t *testing.T) {
+			t.Parallel()
+			if testing.Short() {
+				t.Skip("chaos run: not in -short")
+			}
+			r := chaosRun{}
+			if tc.server != "linked" {
+				bin, v := chaos.DebianNATS(t)
+				if !strings.HasPrefix(v, "2.9.") {
+					t.Fatalf("%s is %s, want Debian 12's 2.9.x", bin, v)
+				}
+				r.stockNATS = bin
+			}
+			out := t.TempDir()
+			r.outputYAML, r.readOutput = "  output: "+out, readLocalOutput(out)
+			runChaos(t, r, tc.kills, tc.cut)
+		})
+	}
 }
 
 // TestChaosTwoCollectors: two collector processes share one durable

@@ -556,5 +556,5 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
 		return
 	}
-	_ = msg.TermWithReason("tapflow: rejected (" + reason + "): " + cause.Error())
+	_ = transport.Term(s.js.Conn(), msg, "tapflow: rejected ("+reason+"): "+cause.Error())
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 )
 
-// NATS is a nats-server run by the chaosnats command (cmd/chaosnats, built
-// with Build) as a child process: JetStream storing in a directory, the
-// tapflow streams created. It can be stopped and started again on the
-// same address and store.
+// NATS is a nats-server run as a child process, JetStream storing in a
+// directory: either the chaosnats command (cmd/chaosnats, built with
+// Build: the linked version, the tapflow streams created; NewNATS) or a
+// stock nats-server binary such as Debian's (no streams; NewStockNATS).
+// It can be stopped and started again on the same address and store.
 type NATS struct {
 	bin, store, addr string
+	stock            bool // NewStockNATS: a plain nats-server, no streams
 	log              *os.File
 	cmd              *exec.Cmd
 	exited           chan struct{}
@@ -41,10 +43,14 @@ func (n *NATS) Addr() string { return n.addr }
 func (n *NATS) LogPath() string { return n.log.Name() }
 
 // Start runs the server and waits (up to a minute) until it accepts
-// connections with the streams in place.
+// connections (chaosnats: with the streams in place; a stock server: with
+// JetStream answering).
 func (n *NATS) Start() error {
 	if n.cmd != nil {
 		return errors.New("chaos: nats already running")
+	}
+	if n.stock {
+		return n.startStock()
 	}
 	cmd := exec.Command(n.bin, "-store", n.store, "-listen", n.addr)
 	cmd.Stderr = n.log

@@ -77,19 +77,7 @@ func TestAudit(t *testing.T) {
 			if tc.tamper != nil {
 				tc.tamper(t, dir)
 			}
-			out, err := dataset.Open(ctx, dir, dataset.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := Run(ctx, out, tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			if err := r.Print(&b, false); err != nil {
-				t.Fatal(err)
-			}
-			text := b.String()
+			r, text := audit(t, dir, tc.opts)
 			if r.FlowRecords == 0 || r.MeterRecords == 0 || r.Lost.Bytes == 0 {
 				t.Fatalf("nothing read, or nothing lost:\n%s", text)
 			}
@@ -117,6 +105,25 @@ func TestAudit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// audit runs the audit of dir and returns its result and printed output.
+func audit(t *testing.T, dir string, opts Options) (*Result, string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := dataset.Open(ctx, dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(ctx, out, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := r.Print(&b, false); err != nil {
+		t.Fatal(err)
+	}
+	return r, b.String()
 }
 
 func signed(n int64) string {
@@ -213,19 +220,7 @@ func TestAuditVerdict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tc.setup(t, dir)
-			out, err := dataset.Open(ctx, dir, dataset.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := Run(ctx, out, tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			if err := r.Print(&b, false); err != nil {
-				t.Fatal(err)
-			}
-			text := b.String()
+			r, text := audit(t, dir, tc.opts)
 			if r.Verdict() != tc.want || r.OK() != (tc.want == Conserved) || len(r.LeftOut) != tc.leftOut {
 				t.Fatalf("verdict %v (OK %v), %d hours left out; want %v, %d:\n%s", r.Verdict(), r.OK(), len(r.LeftOut), tc.want, tc.leftOut, text)
 			}

@@ -101,7 +101,7 @@ func writeOutputCompressed(t *testing.T, recs []schemas.Flow, batch int, compres
 
 // mixedOutput is dataset() in a directory that mixes minor versions, as
 // after an upgrade: every fourth record in files of a flow.v1.0 writer
-// (no pool_id, member_id), the rest from the collector's sink. It returns
+// (no pool_id, member_id, lb_tap), the rest from the collector's sink. It returns
 // the records as the files hold them (the old ones without the new
 // columns' values).
 func mixedOutput(t *testing.T) ([]schemas.Flow, string) {
@@ -109,7 +109,7 @@ func mixedOutput(t *testing.T) ([]schemas.Flow, string) {
 	var old, cur []schemas.Flow
 	for i, r := range dataset() {
 		if i%4 == 0 {
-			r.PoolID, r.MemberID = "", ""
+			r.PoolID, r.MemberID, r.LBTap = "", "", ""
 			old = append(old, r)
 		} else {
 			cur = append(cur, r)
@@ -258,7 +258,7 @@ func exactRows(t *testing.T, recs []schemas.Flow, dir, compression string) {
 		dst := []any{&ts, &te, &f.Node, &f.Ifname, &f.Direction, &f.VMMAC, &f.PeerMAC, &f.VLANID, &f.IPVersion, &f.Protocol,
 			&f.SrcIP, &f.DstIP, &f.SrcPort, &f.DstPort, &f.TCPFlags, &f.Packets, &f.Bytes, &f.EndReason, &f.TenantID,
 			&f.ServerID, &f.PortID, &f.Zone, &f.PeerTenantID, &f.ExternalNetwork, &f.LBID, &f.LBSegment, &f.AgentID,
-			&f.BatchSeq, &f.RecordIndex, &f.MetadataVersion, &f.PoolID, &f.MemberID, &dt, &hour}
+			&f.BatchSeq, &f.RecordIndex, &f.MetadataVersion, &f.PoolID, &f.MemberID, &f.LBTap, &dt, &hour}
 		if len(dst) != len(cols)+2 {
 			t.Fatalf("test scans %d columns, schema has %d: update the test", len(dst)-2, len(cols))
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/schemas"
 )
 
@@ -91,8 +92,8 @@ var expectations = map[string]expectation{
 		}
 		return out
 	},
-	"load_balancers": func(recs []schemas.Flow) []string {
-		return sumBy(recs, func(r *schemas.Flow) bool { return r.LBID != "" },
+	"load_balancers": func(recs []schemas.Flow) []string { // each byte once: not the member's copy (TestLoadBalancerBytesOnce)
+		return sumBy(recs, func(r *schemas.Flow) bool { return r.LBID != "" && r.LBTap != schemas.LBTapMember },
 			func(r *schemas.Flow) string { return fmt.Sprintf("%s|%d", r.LBID, r.LBSegment) }, bytesOf, one)
 	},
 	"member_bytes_hourly": func(recs []schemas.Flow) []string {
@@ -251,4 +252,50 @@ func at(v []string, i int) string {
 		return v[i]
 	}
 	return "(none)"
+}
+
+// TestLoadBalancerBytesOnce: the load_balancers query of docs/queries.md
+// counts every byte once (issue 21 item 8). On load-balancer traffic as the
+// taps record it — segment 2 at the amphora's tap and again at the
+// member's — its per-LB, per-segment bytes equal the bytes of the
+// transfers (each counted once, computed from the transfers, not the
+// records); the query without the lb_tap filter gives the double count.
+func TestLoadBalancerBytesOnce(t *testing.T) {
+	tr := parquettest.LBFlows(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	dir := writeOutput(t, tr.Flows, 7)
+	_, queries := cookbook(t)
+	db := openDB(t)
+	for _, stmt := range strings.Split(strings.ReplaceAll(queries["setup"], placeholder, dir), ";") {
+		if strings.TrimSpace(stmt) != "" {
+			if _, err := db.Exec(stmt); err != nil {
+				t.Fatalf("setup: %v\n%s", err, stmt)
+			}
+		}
+	}
+	rowsOf := func(m map[parquettest.LBSegment]int64) map[string]int64 {
+		out := map[string]int64{}
+		for s, b := range m {
+			out[fmt.Sprintf("%s|%d", s.LB, s.Segment)] = b
+		}
+		return out
+	}
+	bytesOf := func(q string) map[string]int64 {
+		out := map[string]int64{}
+		for _, r := range query(t, db, q) {
+			f := strings.Split(r, "|") // lb_id|lb_segment|bytes|records
+			var b int64
+			fmt.Sscan(f[2], &b)
+			out[f[0]+"|"+f[1]] = b
+		}
+		return out
+	}
+	got := bytesOf(strings.ReplaceAll(queries["load_balancers"], placeholder, dir))
+	if want := rowsOf(tr.Once); !maps.Equal(got, want) {
+		t.Fatalf("load_balancers: %v\nwant each transfer once: %v", got, want)
+	}
+	naive := bytesOf(`SELECT lb_id, lb_segment, sum(bytes), count(*) FROM flows WHERE lb_id <> '' GROUP BY ALL`)
+	if want := rowsOf(tr.Twice); !maps.Equal(naive, want) || maps.Equal(naive, got) {
+		t.Fatalf("without lb_tap: %v, want segment 2 twice: %v", naive, want)
+	}
+	t.Logf("per LB and segment, each byte once: %v (every record with lb_id: %v)", got, naive)
 }

@@ -321,6 +321,9 @@ func RunConservation(flows []schemas.Flow, dataDir, logPath string) (Conservatio
 		return c, err
 	}
 	c.Source += fmt.Sprintf(", per hour as tapflow audit (%d key-hours)", len(a.Hours))
+	if a.Verdict() == audit.NothingChecked {
+		c.Mismatches = append(c.Mismatches, "audit: nothing checked: no key-hour of flows and meters in "+dataDir)
+	}
 	for _, m := range a.Mismatches {
 		c.Mismatches = append(c.Mismatches, "audit: "+m.String())
 	}

@@ -134,7 +134,9 @@ type Expect struct {
 	ExternalNetwork string `yaml:"external_network"`
 	LB              string `yaml:"lb"`
 	LBSegment       *int   `yaml:"lb_segment"`
-	Server          string `yaml:"server"`
+	// LBTap is which tap saw it (flow.v1.2 lb_tap): amphora or member.
+	LBTap  string `yaml:"lb_tap"`
+	Server string `yaml:"server"`
 	// Member is the pool member on this server (flow.v1.1 member_id).
 	Member string `yaml:"member"`
 	// Port is a port by name: <server>-port<N>, a subport
@@ -160,6 +162,7 @@ func (e Expect) String() string {
 	if e.LBSegment != nil {
 		add("lb_segment", fmt.Sprint(*e.LBSegment))
 	}
+	add("lb_tap", e.LBTap)
 	add("server", e.Server)
 	add("member", e.Member)
 	add("port", e.Port)
@@ -335,10 +338,14 @@ func (c *Cloud) matcher(e Expect) (func(*schemas.Flow) bool, error) {
 	if e.Dir != "" && e.Dir != "tx" && e.Dir != "rx" {
 		return nil, fmt.Errorf("dir %q: use tx or rx", e.Dir)
 	}
+	if e.LBTap != "" && e.LBTap != schemas.LBTapAmphora && e.LBTap != schemas.LBTapMember {
+		return nil, fmt.Errorf("lb_tap %q: use %s or %s", e.LBTap, schemas.LBTapAmphora, schemas.LBTapMember)
+	}
 	return func(f *schemas.Flow) bool {
 		return (tenant == "" || f.TenantID == tenant) && (e.Zone == "" || f.Zone == e.Zone) &&
 			(e.Dir == "" || f.Direction == e.Dir) && (e.ExternalNetwork == "" || f.ExternalNetwork == e.ExternalNetwork) &&
 			(lb == "" || f.LBID == lb) && (e.LBSegment == nil || int(f.LBSegment) == *e.LBSegment) &&
+			(e.LBTap == "" || f.LBTap == e.LBTap) &&
 			(server == "" || f.ServerID == server) && (members == nil || members[f.MemberID]) &&
 			(port == "" || f.PortID == port)
 	}, nil

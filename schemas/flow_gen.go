@@ -76,13 +76,15 @@ type Flow struct {
 	PoolID string `parquet:"pool_id,dict" json:"pool_id"`
 	// MemberID: Octavia pool member on segment-2 records (amphora and member taps), else ''.
 	MemberID string `parquet:"member_id,dict" json:"member_id"`
+	// LBTap: which tap saw a record with lb_id: amphora (the load balancer's amphora) or member (a pool member's copy of segment 2: the bytes the amphora's tap saw, again); per-load-balancer totals sum lb_tap <> 'member' so each byte counts once.
+	LBTap string `parquet:"lb_tap,dict" json:"lb_tap"`
 	// Bin is the binary working form (FlowBin); no column.
 	Bin FlowBin `parquet:"-" json:"-"`
 }
 
 // encodeFlowColumns turns records into one Arrow array per column, in
 // column order. One pass over the records fills every column (the structs
-// are large: a pass per column would stream them through the cache 32
+// are large: a pass per column would stream them through the cache 33
 // times); fixed-width columns are plain slices wrapped without copying.
 func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 	n := len(recs)
@@ -136,6 +138,8 @@ func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 	c30.reset(n, plain)
 	var c31 dictColumn
 	c31.reset(n, plain)
+	var c32 dictColumn
+	c32.reset(n, plain)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart
@@ -166,6 +170,7 @@ func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 		c29[i] = r.MetadataVersion
 		c30.add(r.PoolID)
 		c31.add(r.MemberID)
+		c32.add(r.LBTap)
 		if b := &r.Bin; b.Valid {
 			c5.addMAC(b.VMMAC)
 			c6.addMAC(b.PeerMAC)
@@ -211,6 +216,7 @@ func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
 		int64Array(c29),
 		c30.array(),
 		c31.array(),
+		c32.array(),
 	}
 }
 
@@ -363,6 +369,10 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 	if err != nil {
 		return err
 	}
+	s32, err := stringsOf("lb_tap", cols[idx[32]], len(recs))
+	if err != nil {
+		return err
+	}
 	for i := range recs {
 		r := &recs[i]
 		r.TimeStart = int64(v0[i])
@@ -397,6 +407,7 @@ func decodeFlowColumns(cols []arrow.Array, idx []int, recs []Flow) error {
 		r.MetadataVersion = v29[i]
 		r.PoolID = s30.at(i)
 		r.MemberID = s31.at(i)
+		r.LBTap = s32.at(i)
 		r.Bin.Valid = false // decoded records are text
 	}
 	return nil

@@ -42,6 +42,17 @@ const (
 	NoExternalNetwork = "none"
 )
 
+// lb_tap values: which tap saw a record carrying lb_id. Per-load-balancer
+// totals sum the amphora's side only; the member's side is the same
+// segment-2 bytes seen again.
+const (
+	// LBTapAmphora: the tap of the load balancer's amphora (segment 1,
+	// segment 2 and anything else its data ports carry).
+	LBTapAmphora = "amphora"
+	// LBTapMember: a pool member's tap, on its segment-2 records.
+	LBTapMember = "member"
+)
+
 // Direction is the record's direction from the VM's point of view.
 type Direction uint8
 

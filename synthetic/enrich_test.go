@@ -20,17 +20,17 @@ var _ enrich.Provider = (*StaticProvider)(nil)
 
 // attributionOf is the enrich columns of f, for comparison.
 type attributionOf struct {
-	Tenant, Server, Port, Zone, PeerTenant, ExtNet, LB string
-	Segment                                            int32
-	Version                                            int64
+	Tenant, Server, Port, Zone, PeerTenant, ExtNet, LB, LBTap string
+	Segment                                                   int32
+	Version                                                   int64
 }
 
 func colsOf(f *schemas.Flow) attributionOf {
-	return attributionOf{f.TenantID, f.ServerID, f.PortID, f.Zone, f.PeerTenantID, f.ExternalNetwork, f.LBID, f.LBSegment, f.MetadataVersion}
+	return attributionOf{f.TenantID, f.ServerID, f.PortID, f.Zone, f.PeerTenantID, f.ExternalNetwork, f.LBID, f.LBTap, f.LBSegment, f.MetadataVersion}
 }
 
 func clearAttribution(f *schemas.Flow) {
-	f.TenantID, f.ServerID, f.PortID, f.Zone, f.PeerTenantID, f.ExternalNetwork, f.LBID = "", "", "", "", "", "", ""
+	f.TenantID, f.ServerID, f.PortID, f.Zone, f.PeerTenantID, f.ExternalNetwork, f.LBID, f.LBTap = "", "", "", "", "", "", "", ""
 	f.LBSegment, f.MetadataVersion = 0, 0
 }
 

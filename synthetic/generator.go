@@ -58,12 +58,16 @@ var (
 // attribution is what the enrich stage should write into a record.
 type attribution struct {
 	tenant, server, port, zone, peerTenant, extNet, lbID string
+	lbTap                                                string // with lbID: amphora, or member (segment 2 at the member)
 	lbSegment                                            int32
 	zoneCode                                             schemas.Zone // zone's enum (newFlow)
 }
 
 func (e *endpoint) attr(zone string) attribution {
 	a := attribution{tenant: e.tenant, server: e.server, port: e.port, lbID: e.lbID, zone: zone, extNet: schemas.NoExternalNetwork}
+	if e.lbID != "" {
+		a.lbTap = schemas.LBTapAmphora
+	}
 	if e.tenantIdx < 0 {
 		a.tenant = schemas.UnknownTenant
 	}
@@ -194,7 +198,7 @@ func (g *generator) emit(f *schemas.Flow, fl *flow, end bool, nowUS int64) {
 		IPVersion: 4, Protocol: fl.proto, SrcIP: fl.srcIP, DstIP: fl.dstIP, SrcPort: fl.sport, DstPort: fl.dport,
 		TCPFlags: flags, Packets: pk, Bytes: pk * int64(fl.size), EndReason: reason,
 		TenantID: a.tenant, ServerID: a.server, PortID: a.port, Zone: a.zone, PeerTenantID: a.peerTenant,
-		ExternalNetwork: a.extNet, LBID: a.lbID, LBSegment: a.lbSegment, MetadataVersion: ExpectedMetadataVersion,
+		ExternalNetwork: a.extNet, LBID: a.lbID, LBSegment: a.lbSegment, LBTap: a.lbTap, MetadataVersion: ExpectedMetadataVersion,
 		Bin: fl.bin,
 	}
 	f.Bin.Zone = a.zoneCode
@@ -509,6 +513,7 @@ func (g *generator) lbSegment2(fl *flow) {
 		fl.attr, fl.kind = m.attr(zoneInfra), "lb_segment_2 at the member: peer MAC is an amphora, remote its base address"
 		fl.attr.peerTenant = amp.tenant
 		fl.attr.lbID = amp.lbID // the member's side names the LB too (flow.v1.1)
+		fl.attr.lbTap = schemas.LBTapMember
 	}
 	fl.attr.lbSegment = 2
 }

@@ -12,6 +12,11 @@ import (
 
 func init() { register(newAuditCmd) }
 
+// exitNothingChecked is tapflow audit's exit code when it checked no
+// key-hour (an empty output, or every hour outside the range, e.g. newer
+// than --settle): not a pass.
+const exitNothingChecked = 3
+
 func newAuditCmd() *cobra.Command {
 	var (
 		d          dataFlags
@@ -32,7 +37,14 @@ the end of the data. Every mismatch names the node, tap, direction, hour and
 difference. Meters come from agents with source: ebpf. The same check as a
 DuckDB query: docs/queries.md (Conservation).
 
-Exit codes: 0 conserved, 1 mismatch or read error, 2 usage.`,
+Without --to, the hours ending after now − --settle are left out (files of
+a running pipeline may still be written); the output names every hour left
+out and why. An audit that checked no hour passes nothing: right after a
+run use --settle 0 (a stopped pipeline), or wait.
+
+Exit codes: 0 conserved, 1 mismatch or read error, 2 usage, 3 nothing
+checked (no flow or meter record in the range: an empty output, or every
+hour left out by --from/--to/--settle).`,
 		Example: `  tapflow audit --data /var/lib/tapflow
   tapflow audit --data s3://billing-lake/tapflow --config /etc/tapflow/tapflow.yaml --from 2026-12-01 --to 2026-12-02`,
 		Args: noArgs,
@@ -50,6 +62,7 @@ Exit codes: 0 conserved, 1 mismatch or read error, 2 usage.`,
 				}
 			} else if settle > 0 {
 				opts.To = time.Now().Add(-settle).UTC().Truncate(time.Hour)
+				opts.Settle = settle
 			}
 			if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
 				return usageErr("--from %s is not before --to %s (with --settle, --to defaults to now − settle, to the hour)", opts.From.Format(time.RFC3339), opts.To.Format(time.RFC3339))
@@ -66,8 +79,11 @@ Exit codes: 0 conserved, 1 mismatch or read error, 2 usage.`,
 			if err := r.Print(cmd.OutOrStdout(), all); err != nil {
 				return err
 			}
-			if !r.OK() {
+			switch r.Verdict() {
+			case audit.Mismatched:
 				return exitCode(exitRuntime)
+			case audit.NothingChecked:
+				return exitCode(exitNothingChecked)
 			}
 			return nil
 		},

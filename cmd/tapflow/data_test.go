@@ -149,8 +149,27 @@ func TestReportAndAuditOnS3(t *testing.T) {
 // TestAuditCLI: exit codes and messages of tapflow audit on a directory.
 func TestAuditCLI(t *testing.T) {
 	dir, _ := meteredOutput(t)
-	noMeters := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(noMeters, "flows"), 0o755); err != nil {
+	// Data of the last 10 minutes (5 minutes long): newer than the
+	// default --settle whatever the time is (now − 15 min, to the hour).
+	recentData := metered.Generate(metered.Spec{MeanGap: 2 * time.Second, MeterInterval: 30 * time.Second, Start: time.Now().Add(-10 * time.Minute), Span: 5 * time.Minute})
+	recent, removed := t.TempDir(), t.TempDir()
+	for _, d := range []string{recent, removed} {
+		if err := metered.Write(context.Background(), d, recentData, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flowFiles, _ := filepath.Glob(filepath.Join(removed, "flows", "dt=*", "hour=*", "*.parquet"))
+	if len(flowFiles) == 0 {
+		t.Fatal("no flow file written")
+	}
+	if err := os.Remove(flowFiles[0]); err != nil {
+		t.Fatal(err)
+	}
+	noMeters := t.TempDir() // flows without meters/: an error naming the cause
+	if err := metered.Write(context.Background(), noMeters, recentData, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(noMeters, "meters")); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -163,7 +182,13 @@ func TestAuditCLI(t *testing.T) {
 		{"every hour", []string{"audit", "--data", dir, "--settle", "0", "--all"}, exitOK, "cmp2  tap201-aa  rx   2026-12-02T00Z"},
 		{"one day", []string{"audit", "--data", dir, "--from", "2026-12-01", "--to", "2026-12-02"}, exitOK, "8 node×tap×direction keys, 16 key-hours"},
 		{"no meters", []string{"audit", "--data", noMeters, "--settle", "0"}, exitRuntime, "source: ebpf"},
-		{"nothing in range", []string{"audit", "--data", dir, "--from", "2026-11-01", "--to", "2026-11-02"}, exitOK, "nothing checked"},
+		{"nothing in range", []string{"audit", "--data", dir, "--from", "2026-11-01", "--to", "2026-11-02"}, exitNothingChecked, "NOTHING CHECKED"},
+		{"empty directory", []string{"audit", "--data", t.TempDir()}, exitNothingChecked, "NOTHING CHECKED: the output holds no flow.v1 or meter.v1 file"},
+		// Right after a run: every hour newer than now − --settle.
+		{"all too new", []string{"audit", "--data", recent}, exitNothingChecked, "newer than now − --settle 15m0s"},
+		{"all too new, flow file removed", []string{"audit", "--data", removed}, exitNothingChecked, "NOTHING CHECKED"},
+		{"settled, flow file removed", []string{"audit", "--data", removed, "--settle", "0"}, exitRuntime, "FAILED: "},
+		{"settled, recent", []string{"audit", "--data", recent, "--settle", "0"}, exitOK, "OK: conserved"},
 		{"no data", []string{"audit"}, exitUsage, "--data is required"},
 		{"bad time", []string{"audit", "--data", dir, "--from", "yesterday"}, exitUsage, "is not a time"},
 		{"settled nothing", []string{"audit", "--data", dir, "--from", "2099-01-01"}, exitUsage, "is not before --to"},

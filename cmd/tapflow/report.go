@@ -28,6 +28,11 @@ and print records, packets and bytes per group (default: tenant × zone ×
 direction), with totals. day and hour group by time_end (UTC): the basis of
 a bill is --by day,tenant or --by hour,tenant,direction.
 
+lb counts every byte once: a load balancer's rows hold what its amphora's
+taps saw (segment 1, segment 2, lb_tap amphora); a member's copy of segment
+2 (lb_tap member, the same bytes seen again at the member VM's tap) is under
+lb '' with the member's other traffic. --by lb_tap shows both sides.
+
 With --meters, read meter.v1 instead (the kernel's own per-tap counts, with
 what it lost), grouped by node, ifname, direction, day and hour (default
 node,ifname,direction).

@@ -110,7 +110,7 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	if known {
 		out.TenantID, out.ServerID, out.PortID = vm.TenantID, vm.ServerID, vm.PortID
 		if vme.amphora {
-			out.LBID = vm.LBID
+			out.LBID, out.LBTap = vm.LBID, schemas.LBTapAmphora
 		}
 	}
 	if in.Dir == schemas.DirInvalid {
@@ -151,9 +151,11 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			out.Zone = schemas.ZoneInfra
 		case pe.amphora && has(pe.ep.base, remote):
 			out.Zone, out.LBSegment = schemas.ZoneInfra, 2
-			// at the member: this VM is the member, of the amphora's LB
+			// at the member: this VM is the member, of the amphora's LB;
+			// the amphora's tap saw these bytes too (lb_tap says which
+			// side, so per-LB totals count them once)
 			if out.LBID == "" {
-				out.LBID = pe.ep.LBID
+				out.LBID, out.LBTap = pe.ep.LBID, schemas.LBTapMember
 			}
 			out.PoolID, out.MemberID = s.member(pe.ep.LBID, local, in.LocalPort)
 		case same:

@@ -83,6 +83,7 @@ type want struct {
 	tenant, server, port, zone, peer, ext, lb string
 	seg                                       int32
 	pool, member                              string
+	lbtap                                     string // lb_tap: amphora, member or ''
 }
 
 func check(t *testing.T, got Result, w want) {
@@ -90,7 +91,7 @@ func check(t *testing.T, got Result, w want) {
 	if w.ext == "" {
 		w.ext = schemas.NoExternalNetwork
 	}
-	g := want{got.TenantID, got.ServerID, got.PortID, got.Zone.String(), got.PeerTenantID, got.ExternalNetwork, got.LBID, got.LBSegment, got.PoolID, got.MemberID}
+	g := want{got.TenantID, got.ServerID, got.PortID, got.Zone.String(), got.PeerTenantID, got.ExternalNetwork, got.LBID, got.LBSegment, got.PoolID, got.MemberID, got.LBTap}
 	// server and port are only checked when the case names them
 	if w.server == "" {
 		g.server = ""
@@ -211,31 +212,31 @@ func TestOctavia(t *testing.T) {
 		// segment 1, T1 client: T1 same_tenant tx and rx at both taps
 		{"T1 client tx to VIP", in(t, tx, macC1, macAmp1VRRP, "10.0.1.20", vip), want{tenant: "t1", zone: "same_tenant", peer: "t1", seg: 1}},
 		{"T1 client rx from VIP", in(t, rx, macC1, macAmp1VRRP, "10.0.1.20", vip), want{tenant: "t1", zone: "same_tenant", peer: "t1", seg: 1}},
-		{"amphora rx from T1 client bills T1, not the service project", in(t, rx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-vrrp", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1}},
-		{"amphora tx to T1 client", in(t, tx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1}},
+		{"amphora rx from T1 client bills T1, not the service project", in(t, rx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-vrrp", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1, lbtap: "amphora"}},
+		{"amphora tx to T1 client", in(t, tx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1, lbtap: "amphora"}},
 		// segment 1, T2 client: T2 other_tenant tx; T1 other_tenant rx
 		{"T2 client tx to VIP pays its side", in(t, tx, macC2, macAmp1VRRP, "10.0.1.30", vip), want{tenant: "t2", zone: "other_tenant", peer: "t1", seg: 1}},
-		{"amphora rx from T2 client is other_tenant for the LB owner", in(t, rx, macAmp1VRRP, macC2, vip, "10.0.1.30"), want{tenant: "t1", zone: "other_tenant", peer: "t2", lb: "lb1", seg: 1}},
+		{"amphora rx from T2 client is other_tenant for the LB owner", in(t, rx, macAmp1VRRP, macC2, vip, "10.0.1.30"), want{tenant: "t1", zone: "other_tenant", peer: "t2", lb: "lb1", seg: 1, lbtap: "amphora"}},
 		// segment 1, floating-IP client: T1 external tx and rx
-		{"amphora rx from FIP client", in(t, rx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
-		{"amphora tx to FIP client", in(t, tx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
-		{"amphora exit fallback uses the VIP port's FIP", in(t, tx, macAmp1VRRP, macOVNDHCP, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1}},
+		{"amphora rx from FIP client", in(t, rx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1, lbtap: "amphora"}},
+		{"amphora tx to FIP client", in(t, tx, macAmp1VRRP, macR1T1, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1, lbtap: "amphora"}},
+		{"amphora exit fallback uses the VIP port's FIP", in(t, tx, macAmp1VRRP, macOVNDHCP, vip, "198.18.0.5"), want{tenant: "t1", zone: "external", ext: "public", lb: "lb1", seg: 1, lbtap: "amphora"}},
 		// segment 2: infra at the amphora tap (LB owner) and at the member
 		// tap (member's own project); both name the pool member, the
 		// member's side the LB too (issue 14 item 2)
-		{"amphora tx to member m1", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40000, 80), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1"}},
-		{"member m1 rx from amphora", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 80, 40000), want{tenant: "t1", server: "srv-m1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1"}},
-		{"member m1 of a second pool: the port tells them apart", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 8443, 40001), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls"}},
-		{"amphora to m1 on the second pool's port", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40001, 8443), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls"}},
-		{"m1 in two pools and no port: no member named", in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2}},
-		{"member m2 of another tenant keeps its own tenant", in(t, rx, macM2, macAmp1VRRP, "10.0.1.12", "10.0.1.101"), want{tenant: "t2", server: "srv-m2", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem2"}},
-		{"amphora rx from member m2", in(t, rx, macAmp1VRRP, macM2, "10.0.1.101", "10.0.1.12"), want{tenant: "t1", zone: "infra", peer: "t2", lb: "lb1", seg: 2, pool: "pool1", member: "mem2"}},
-		{"cross-subnet member through the unmarked port (compute_id join)", in(t, tx, macAmp1Back, macM3, "10.0.2.101", "10.0.2.10"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-back", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
-		{"member m3 tx to amphora base", in(t, tx, macM3, macAmp1Back, "10.0.2.10", "10.0.2.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
+		{"amphora tx to member m1", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40000, 80), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1", lbtap: "amphora"}},
+		{"member m1 rx from amphora", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 80, 40000), want{tenant: "t1", server: "srv-m1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem1", lbtap: "member"}},
+		{"member m1 of a second pool: the port tells them apart", withPorts(in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), 8443, 40001), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls", lbtap: "member"}},
+		{"amphora to m1 on the second pool's port", withPorts(in(t, tx, macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), 40001, 8443), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool2", member: "mem1-tls", lbtap: "amphora"}},
+		{"m1 in two pools and no port: no member named", in(t, rx, macM1, macAmp1VRRP, "10.0.1.11", "10.0.1.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, lbtap: "member"}},
+		{"member m2 of another tenant keeps its own tenant", in(t, rx, macM2, macAmp1VRRP, "10.0.1.12", "10.0.1.101"), want{tenant: "t2", server: "srv-m2", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem2", lbtap: "member"}},
+		{"amphora rx from member m2", in(t, rx, macAmp1VRRP, macM2, "10.0.1.101", "10.0.1.12"), want{tenant: "t1", zone: "infra", peer: "t2", lb: "lb1", seg: 2, pool: "pool1", member: "mem2", lbtap: "amphora"}},
+		{"cross-subnet member through the unmarked port (compute_id join)", in(t, tx, macAmp1Back, macM3, "10.0.2.101", "10.0.2.10"), want{tenant: "t1", server: "nova-amp1", port: "p-amp1-back", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3", lbtap: "amphora"}},
+		{"member m3 tx to amphora base", in(t, tx, macM3, macAmp1Back, "10.0.2.10", "10.0.2.101"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3", lbtap: "member"}},
 		// ACTIVE_STANDBY: the backup is re-attributed too
-		{"backup amphora VIP port", in(t, rx, macAmp2VRRP, macC2, vip, "10.0.1.30"), want{tenant: "t1", server: "nova-amp2", zone: "other_tenant", peer: "t2", lb: "lb1", seg: 1}},
-		{"backup amphora member port", in(t, tx, macAmp2Back, macM3, "10.0.2.102", "10.0.2.10"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3"}},
-		{"segment 1 names no member", in(t, rx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1}},
+		{"backup amphora VIP port", in(t, rx, macAmp2VRRP, macC2, vip, "10.0.1.30"), want{tenant: "t1", server: "nova-amp2", zone: "other_tenant", peer: "t2", lb: "lb1", seg: 1, lbtap: "amphora"}},
+		{"backup amphora member port", in(t, tx, macAmp2Back, macM3, "10.0.2.102", "10.0.2.10"), want{tenant: "t1", zone: "infra", peer: "t1", lb: "lb1", seg: 2, pool: "pool1", member: "mem3", lbtap: "amphora"}},
+		{"segment 1 names no member", in(t, rx, macAmp1VRRP, macC1, vip, "10.0.1.20"), want{tenant: "t1", zone: "same_tenant", peer: "t1", lb: "lb1", seg: 1, lbtap: "amphora"}},
 		// what is not re-attributed
 		{"management port stays with the service project", in(t, tx, macAmp1Mgmt, macOVNDHCP, "172.31.0.11", "172.31.0.5"), want{tenant: "svc", port: "p-amp1-mgmt", zone: "same_tenant", peer: "svc"}},
 		{"DELETED amphora's port stays with the service project", in(t, tx, macOldAmp, macM1, "10.0.1.109", "10.0.1.11"), want{tenant: "svc", zone: "other_tenant", peer: "t1"}},
@@ -279,6 +280,55 @@ func TestAttributeFlowSwap(t *testing.T) {
 			}
 			if f.Zone != c.zone || f.TenantID != c.tenant || f.MetadataVersion != 3 {
 				t.Errorf("zone %s tenant %s version %d; want %s %s 3", f.Zone, f.TenantID, f.MetadataVersion, c.zone, c.tenant)
+			}
+		})
+	}
+}
+
+// TestLBTap: the lb_tap column says which tap saw a record carrying lb_id
+// (issue 21 item 8): amphora on every record of the amphora's data ports,
+// member on a member's copy of segment 2, ” wherever lb_id is ”. Records
+// go through the flow columns (AttributeFlow stamps them), as the agent's
+// enrich stage does.
+func TestLBTap(t *testing.T) {
+	s := Build(loadCloud(t), Options{Version: 5})
+	const vip = "10.0.1.100"
+	flow := func(dir, vm, peer, src, dst string) schemas.Flow {
+		return schemas.Flow{Direction: dir, VMMAC: vm, PeerMAC: peer, SrcIP: src, DstIP: dst, IPVersion: 4, Protocol: 6}
+	}
+	cases := []struct {
+		name string
+		f    schemas.Flow
+		lb   string
+		seg  int32
+		tap  string
+	}{
+		{"amphora rx segment 1 from a client", flow("rx", macAmp1VRRP, macC1, "10.0.1.20", vip), "lb1", 1, schemas.LBTapAmphora},
+		{"amphora tx segment 1 to a FIP client", flow("tx", macAmp1VRRP, macR1T1, vip, "198.18.0.5"), "lb1", 1, schemas.LBTapAmphora},
+		{"amphora tx segment 2 to a member", flow("tx", macAmp1VRRP, macM1, "10.0.1.101", "10.0.1.11"), "lb1", 2, schemas.LBTapAmphora},
+		{"amphora rx segment 2 from a member", flow("rx", macAmp1VRRP, macM2, "10.0.1.12", "10.0.1.101"), "lb1", 2, schemas.LBTapAmphora},
+		{"backup amphora segment 2, member port", flow("tx", macAmp2Back, macM3, "10.0.2.102", "10.0.2.10"), "lb1", 2, schemas.LBTapAmphora},
+		{"member rx segment 2 from the amphora", flow("rx", macM1, macAmp1VRRP, "10.0.1.101", "10.0.1.11"), "lb1", 2, schemas.LBTapMember},
+		{"member tx segment 2 to the amphora", flow("tx", macM2, macAmp1VRRP, "10.0.1.12", "10.0.1.101"), "lb1", 2, schemas.LBTapMember},
+		{"member of another subnet tx to the amphora base", flow("tx", macM3, macAmp1Back, "10.0.2.10", "10.0.2.101"), "lb1", 2, schemas.LBTapMember},
+		{"client's own tap, segment 1: no lb_id, no lb_tap", flow("tx", macC1, macAmp1VRRP, "10.0.1.20", vip), "", 1, ""},
+		{"member talking to a plain VM", flow("tx", macM1, macC1, "10.0.1.11", "10.0.1.20"), "", 0, ""},
+		{"management port", flow("tx", macAmp1Mgmt, macOVNDHCP, "172.31.0.11", "172.31.0.5"), "", 0, ""},
+		{"unknown VM", flow("tx", macUnknownVM, macA1, "10.9.9.9", "10.0.3.10"), "", 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := c.f
+			f.LBTap = "stale" // stamping overwrites whatever was there
+			var r Result
+			if err := s.AttributeFlow(&f, time.Now().UnixMicro(), &r); err != nil {
+				t.Fatal(err)
+			}
+			if f.LBID != c.lb || f.LBSegment != c.seg || f.LBTap != c.tap {
+				t.Fatalf("lb_id %q lb_segment %d lb_tap %q; want %q %d %q (zone %s tenant %s)", f.LBID, f.LBSegment, f.LBTap, c.lb, c.seg, c.tap, f.Zone, f.TenantID)
+			}
+			if (f.LBID == "") != (f.LBTap == "") {
+				t.Fatalf("lb_id %q with lb_tap %q: one without the other", f.LBID, f.LBTap)
 			}
 		})
 	}

@@ -98,6 +98,7 @@ func Stamp(f *schemas.Flow, r *Result) {
 	f.LBSegment = r.LBSegment
 	f.PoolID = r.PoolID
 	f.MemberID = r.MemberID
+	f.LBTap = r.LBTap
 	f.MetadataVersion = r.Version
 }
 

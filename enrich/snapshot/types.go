@@ -61,6 +61,7 @@ type Result struct {
 	LBID            string // load balancer when the tap is an amphora's or on a member's segment 2, else ''
 	PoolID          string // pool of the member on segment 2, else ''
 	MemberID        string // pool member on segment 2, else ''
+	LBTap           string // with LBID: [schemas.LBTapAmphora] at the amphora's tap, [schemas.LBTapMember] on a member's segment 2; else ''
 	Zone            schemas.Zone
 	LBSegment       int32 // 1 client ↔ VIP, 2 amphora base ↔ member, 0 otherwise
 	Version         int64 // snapshot version

@@ -23,6 +23,14 @@
 // rows make the running difference exceed the carry at that hour, and the
 // mismatch names the node, tap, direction and hour and the difference.
 //
+// # Nothing checked
+//
+// An audit that checked no key-hour passed nothing: an empty output, a
+// range holding no record, or (the usual case right after a run) every
+// hour newer than --settle. Its verdict is NothingChecked, never
+// Conserved, and Result names the hours the range left out (LeftOut) and
+// why, so `tapflow audit` exits with its own code (3) instead of 0.
+//
 // The lab runs it on every scenario (lab.RunConservation, next to its
 // whole-run check per tap and direction); docs/queries.md has the same
 // check as a DuckDB query (the compat module runs it on the same data).
@@ -58,6 +66,10 @@ type Options struct {
 	From, To time.Time
 	// ClockSlack: DefaultClockSlack when zero.
 	ClockSlack time.Duration
+	// Settle says how To was chosen, when it was: now − Settle, to the
+	// hour (tapflow audit --settle). It only explains the hours at or
+	// after To that are left out (Result.LeftOut).
+	Settle time.Duration
 }
 
 // Key is one node, tap and direction.
@@ -95,6 +107,13 @@ type Result struct {
 	Flow       Counts // totals over the checked hours
 	Meter      Counts
 	Lost       Counts
+	// From, To and Settle are the Options the range came from.
+	From, To time.Time
+	Settle   time.Duration
+	// LeftOut are the hours (UTC, by partition) holding flow or meter
+	// files that the range left out, sorted: before From or at/after To.
+	// The hour at To is read (its records may cross To) but not checked.
+	LeftOut []time.Time
 }
 
 // Mismatch is one failed check.
@@ -111,10 +130,50 @@ func (m Mismatch) String() string {
 	return fmt.Sprintf("node %s tap %s %s hour %s: %s", m.Node, m.Ifname, m.Direction, m.Hour.Format("2006-01-02T15Z"), m.Text)
 }
 
-// OK reports whether every check passed.
-func (r *Result) OK() bool { return len(r.Mismatches) == 0 }
+// Verdict is an audit's outcome.
+type Verdict int
 
-// ErrNoMeters is returned when the output holds no meter.v1 files.
+const (
+	// Conserved: at least one key-hour was checked and every check passed.
+	Conserved Verdict = iota
+	// Mismatched: some check failed (Mismatches).
+	Mismatched
+	// NothingChecked: no mismatch, but no key-hour was checked either: an
+	// empty output, or no record in the range (LeftOut names the hours
+	// the range left out). It proves nothing.
+	NothingChecked
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Conserved:
+		return "conserved"
+	case Mismatched:
+		return "mismatched"
+	case NothingChecked:
+		return "nothing checked"
+	}
+	return "invalid"
+}
+
+// Verdict is Mismatched when a check failed, else NothingChecked when no
+// key-hour was checked, else Conserved.
+func (r *Result) Verdict() Verdict {
+	switch {
+	case len(r.Mismatches) > 0:
+		return Mismatched
+	case len(r.Hours) == 0:
+		return NothingChecked
+	}
+	return Conserved
+}
+
+// OK reports whether something was checked and every check passed: an
+// audit that checked nothing is not OK.
+func (r *Result) OK() bool { return r.Verdict() == Conserved }
+
+// ErrNoMeters is returned when the output holds flow.v1 files but no
+// meters/ (an output holding neither is NothingChecked).
 var ErrNoMeters = errors.New("no meter.v1 files under meters/: the audit needs meters, which agents with source: ebpf write (synthetic sources have none)")
 
 const hourUS = int64(time.Hour / time.Microsecond)
@@ -321,15 +380,16 @@ func nearOf(near map[int64]*Counts, b int64) Counts {
 func Run(ctx context.Context, out *dataset.Output, opts Options) (*Result, error) {
 	c := NewChecker(opts)
 	meters, err := out.List(ctx, "meters")
-	if errors.Is(err, dataset.ErrNoDir) {
-		return nil, fmt.Errorf("%s: %w", out, ErrNoMeters)
-	}
-	if err != nil {
+	noMeters := errors.Is(err, dataset.ErrNoDir)
+	if err != nil && !noMeters {
 		return nil, err
 	}
 	flows, err := out.List(ctx, "flows")
 	if err != nil && !errors.Is(err, dataset.ErrNoDir) { // meters without flows: every tap mismatches
 		return nil, err
+	}
+	if noMeters && len(flows) > 0 {
+		return nil, fmt.Errorf("%s: %w", out, ErrNoMeters)
 	}
 	var res Result
 	for _, f := range meters {
@@ -353,7 +413,33 @@ func Run(ctx context.Context, out *dataset.Output, opts Options) (*Result, error
 	r := c.Check()
 	r.Output = out.String()
 	r.FlowFiles, r.MeterFiles, r.FlowRecords, r.MeterRecords = res.FlowFiles, res.MeterFiles, res.FlowRecords, res.MeterRecords
+	r.From, r.To, r.Settle = opts.From, opts.To, opts.Settle
+	r.LeftOut = c.leftOut(meters, flows)
 	return r, nil
+}
+
+// leftOut returns the hours of the files' partitions outside the range,
+// sorted and unique.
+func (c *Checker) leftOut(lists ...[]dataset.File) []time.Time {
+	seen := map[int64]bool{}
+	for _, files := range lists {
+		for _, f := range files {
+			h, ok := partitionHour(f)
+			if ok && (h < c.from || h >= c.to) {
+				seen[h] = true
+			}
+		}
+	}
+	hours := make([]int64, 0, len(seen))
+	for h := range seen {
+		hours = append(hours, h)
+	}
+	slices.Sort(hours)
+	out := make([]time.Time, len(hours))
+	for i, h := range hours {
+		out[i] = time.UnixMicro(h * hourUS).UTC()
+	}
+	return out
 }
 
 // addFlows sums the flow files with tapflow report's column reader, per
@@ -409,12 +495,18 @@ func (c *Checker) addFlows(ctx context.Context, out *dataset.Output, res *Result
 
 // wants reports whether a file's partition is within an hour of the range.
 func (c *Checker) wants(f dataset.File) bool {
+	h, ok := partitionHour(f)
+	return !ok || h >= c.from-1 && h <= c.to
+}
+
+// partitionHour is the hour (since the epoch) of a file's dt=/hour=
+// partition; false when it has none.
+func partitionHour(f dataset.File) (int64, bool) {
 	t, err := time.Parse("dt=2006-01-02/hour=15", f.Partition())
 	if err != nil {
-		return true
+		return 0, false
 	}
-	h := t.UnixMicro() / hourUS
-	return h >= c.from-1 && h <= c.to
+	return floorDiv(t.UnixMicro(), hourUS), true
 }
 
 // readFile streams the rows of one file to add, 4096 at a time (meters:

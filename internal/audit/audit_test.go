@@ -2,6 +2,8 @@ package audit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,19 +77,7 @@ func TestAudit(t *testing.T) {
 			if tc.tamper != nil {
 				tc.tamper(t, dir)
 			}
-			out, err := dataset.Open(ctx, dir, dataset.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := Run(ctx, out, tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			if err := r.Print(&b, false); err != nil {
-				t.Fatal(err)
-			}
-			text := b.String()
+			r, text := audit(t, dir, tc.opts)
 			if r.FlowRecords == 0 || r.MeterRecords == 0 || r.Lost.Bytes == 0 {
 				t.Fatalf("nothing read, or nothing lost:\n%s", text)
 			}
@@ -117,6 +107,25 @@ func TestAudit(t *testing.T) {
 	}
 }
 
+// audit runs the audit of dir and returns its result and printed output.
+func audit(t *testing.T, dir string, opts Options) (*Result, string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := dataset.Open(ctx, dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(ctx, out, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := r.Print(&b, false); err != nil {
+		t.Fatal(err)
+	}
+	return r, b.String()
+}
+
 func signed(n int64) string {
 	if n >= 0 {
 		return "+" + itoa(n)
@@ -142,4 +151,114 @@ func removeOne(t *testing.T, dir string) {
 		}
 	}
 	t.Fatalf("no file in %s", dir)
+}
+
+// TestAuditVerdict: an audit that checked no key-hour is NothingChecked
+// (tapflow audit exits 3), never Conserved, and names the hours the range
+// left out and why; a removed flow file fails the audit once its hour is
+// checked (and only settling hides it: the issue's "exit 0 with a flow
+// file removed" was --settle leaving its hour out).
+func TestAuditVerdict(t *testing.T) {
+	ctx := context.Background()
+	// 09:40–11:40 on 2026-12-01: hours 09, 10, 11.
+	data := metered.Generate(metered.Spec{MeanGap: 2 * time.Second, MeterInterval: 30 * time.Second})
+	at := func(h int) time.Time { return time.Date(2026, 12, 1, h, 0, 0, 0, time.UTC) }
+	write := func(t *testing.T, dir string) {
+		if err := metered.Write(ctx, dir, data, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flowsOf := func(h int) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			write(t, dir)
+			removeOne(t, filepath.Join(dir, "flows", "dt=2026-12-01", fmt.Sprintf("hour=%02d", h)))
+		}
+	}
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, dir string)
+		opts    Options
+		want    Verdict
+		leftOut int      // hours left out
+		output  []string // substrings of Print's output
+	}{
+		{name: "empty directory", setup: func(*testing.T, string) {}, want: NothingChecked,
+			output: []string{"0 key-hours", "NOTHING CHECKED: the output holds no flow.v1 or meter.v1 file"}},
+		{name: "empty schema directories", setup: func(t *testing.T, dir string) {
+			for _, d := range []string{"flows", "meters"} {
+				if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, want: NothingChecked, output: []string{"NOTHING CHECKED: the output holds no flow.v1 or meter.v1 file"}},
+		{name: "every hour newer than settle", setup: write, opts: Options{To: at(9), Settle: 15 * time.Minute}, want: NothingChecked, leftOut: 3,
+			output: []string{"left out: 2026-12-01T09Z…2026-12-01T11Z (3 hours): newer than now − --settle 15m0s (hours from 2026-12-01T09Z on",
+				"NOTHING CHECKED: no flow or meter record in the range"}},
+		{name: "range before the data", setup: write, opts: Options{From: at(1), To: at(3)}, want: NothingChecked, leftOut: 3,
+			output: []string{"left out: 2026-12-01T09Z…2026-12-01T11Z (3 hours): at or after --to 2026-12-01T03Z", "NOTHING CHECKED"}},
+		{name: "range after the data", setup: write, opts: Options{From: at(20), To: at(22)}, want: NothingChecked, leftOut: 3,
+			output: []string{"left out: 2026-12-01T09Z…2026-12-01T11Z (3 hours): before --from 2026-12-01T20Z", "NOTHING CHECKED"}},
+		{name: "good data", setup: write, want: Conserved, output: []string{"24 key-hours", "OK: conserved"}},
+		{name: "good data, last hour newer than settle", setup: write, opts: Options{To: at(11), Settle: 15 * time.Minute}, want: Conserved, leftOut: 1,
+			output: []string{"16 key-hours", "left out: 2026-12-01T11Z: newer than now − --settle 15m0s", "OK: conserved"}},
+		{name: "flow file removed", setup: flowsOf(11), want: Mismatched, output: []string{" hour 2026-12-01T11Z: flows ", "FAILED: "}},
+		// What the issue saw: the removed file's hour was left out. It
+		// is named, and the verdict is not a pass unless an earlier hour
+		// was checked.
+		{name: "flow file removed, its hour newer than settle", setup: flowsOf(11), opts: Options{To: at(11), Settle: 15 * time.Minute}, want: Conserved, leftOut: 1,
+			output: []string{"left out: 2026-12-01T11Z: newer than now − --settle"}},
+		{name: "flow file removed, every hour newer than settle", setup: flowsOf(10), opts: Options{To: at(9), Settle: 15 * time.Minute}, want: NothingChecked, leftOut: 3,
+			output: []string{"NOTHING CHECKED"}},
+		{name: "every flow file removed", setup: func(t *testing.T, dir string) {
+			write(t, dir)
+			if err := os.RemoveAll(filepath.Join(dir, "flows")); err != nil {
+				t.Fatal(err)
+			}
+		}, want: Mismatched, output: []string{"but there is no flow record of this tap: flow files are missing", "FAILED: "}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.setup(t, dir)
+			r, text := audit(t, dir, tc.opts)
+			if r.Verdict() != tc.want || r.OK() != (tc.want == Conserved) || len(r.LeftOut) != tc.leftOut {
+				t.Fatalf("verdict %v (OK %v), %d hours left out; want %v, %d:\n%s", r.Verdict(), r.OK(), len(r.LeftOut), tc.want, tc.leftOut, text)
+			}
+			for _, w := range tc.output {
+				if !strings.Contains(text, w) {
+					t.Errorf("output lacks %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+	// Flows without meters is an error naming the cause, not nothing.
+	dir := t.TempDir()
+	write(t, dir)
+	if err := os.RemoveAll(filepath.Join(dir, "meters")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := dataset.Open(ctx, dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(ctx, out, Options{}); !errors.Is(err, ErrNoMeters) {
+		t.Fatalf("flows without meters/: %v, want ErrNoMeters", err)
+	}
+}
+
+func TestHourRanges(t *testing.T) {
+	h := func(d, hh int) time.Time { return time.Date(2026, 12, d, hh, 0, 0, 0, time.UTC) }
+	tests := []struct {
+		in   []time.Time
+		want string
+	}{
+		{nil, ""},
+		{[]time.Time{h(1, 9)}, "2026-12-01T09Z"},
+		{[]time.Time{h(1, 23), h(2, 0), h(2, 1), h(2, 5)}, "2026-12-01T23Z…2026-12-02T01Z (3 hours), 2026-12-02T05Z"},
+	}
+	for _, tc := range tests {
+		if got := hourRanges(tc.in); got != tc.want {
+			t.Errorf("hourRanges(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }

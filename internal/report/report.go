@@ -39,7 +39,7 @@ type Options struct {
 	Names *Names
 
 	// Dims, when set, replaces By with these dimensions as given (other
-	// packages' own time buckets: internal/audit); at most 14.
+	// packages' own time buckets: internal/audit); at most 15.
 	Dims []Dimension
 }
 
@@ -61,6 +61,12 @@ type Dimension struct {
 	// first.
 	Time   string
 	Offset time.Duration
+	// BlankColumn and BlankValue (string dimensions): the dimension reads
+	// '' on records whose BlankColumn holds BlankValue. lb reads '' on a
+	// member's copy of segment 2 (lb_tap member): those bytes are the
+	// member's, already counted at the amphora's tap, so per-LB totals
+	// count every byte once and every grouping keeps the same total.
+	BlankColumn, BlankValue string
 }
 
 // source is the flow.v1 column a dimension reads.
@@ -79,8 +85,9 @@ var Dimensions = []Dimension{
 	{Name: "external_network", Column: "external_network"},
 	{Name: "server", Column: "server_id", NameField: "server_name"},
 	{Name: "port", Column: "port_id", NameField: "port_name"},
-	{Name: "lb", Column: "lb_id", NameField: "lb_name"},
+	{Name: "lb", Column: "lb_id", NameField: "lb_name", BlankColumn: "lb_tap", BlankValue: schemas.LBTapMember},
 	{Name: "lb_segment", Column: "lb_segment", Int: true},
+	{Name: "lb_tap", Column: "lb_tap"},
 	{Name: "pool", Column: "pool_id", NameField: "pool_name"},
 	{Name: "member", Column: "member_id", NameField: "member_name"},
 	{Name: "node", Column: "node"},
@@ -321,7 +328,7 @@ func inRange(dir string, o Options) bool {
 }
 
 // maxDims bounds the group-by key: every dimension at most once.
-const maxDims = 14
+const maxDims = 15
 
 // groupKey holds one value id per dimension (the lb_segment value itself).
 type groupKey [maxDims]uint32
@@ -354,6 +361,7 @@ type query struct {
 	dims     []Dimension
 	cols     []*column // every column read; packets and bytes first
 	keyCols  []int     // index in cols of each dimension
+	blanks   []blank   // dimensions read as '' on some records
 	filters  []filter
 	timeCol  int // index in cols of time_end, -1 without a range
 	from, to int64
@@ -367,6 +375,13 @@ type query struct {
 type filter struct {
 	col int
 	id  uint32
+}
+
+// blank makes dimension dim read as the id of ” (empty) on the rows
+// whose column col holds id (Dimension.BlankColumn, BlankValue).
+type blank struct {
+	dim, col  int
+	id, empty uint32
 }
 
 const (
@@ -401,6 +416,12 @@ func newQuery(o Options) *query {
 	for _, d := range dims {
 		q.dims = append(q.dims, d)
 		q.keyCols = append(q.keyCols, add(d.source(), d.Int || d.Bucket > 0))
+	}
+	for i, d := range q.dims {
+		if d.BlankColumn != "" && !d.Int && d.Bucket == 0 {
+			c := add(d.BlankColumn, false)
+			q.blanks = append(q.blanks, blank{dim: i, col: c, id: q.cols[c].intern([]byte(d.BlankValue)), empty: q.cols[q.keyCols[i]].intern(nil)})
+		}
 	}
 	q.bits = uint(64 / max(1, len(q.dims)))
 	for col, v := range map[string]string{"tenant_id": o.Tenant, "zone": o.Zone} {
@@ -573,6 +594,7 @@ type rowGroupReader struct {
 	leaves  []int
 	curs    []cursor
 	buckets [][]uint32 // per dimension: the bucket ids of a time dimension
+	blanked [][]uint32 // per blank: the dimension's ids, some blanked
 }
 
 func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err error) {
@@ -631,6 +653,22 @@ func (r *rowGroupReader) read(rg pq.RowGroup, filterTime bool) (rows int64, err 
 				continue
 			}
 			keySrc[d] = r.curs[c].ids[:want]
+		}
+		for i, b := range q.blanks {
+			if r.blanked == nil {
+				r.blanked = make([][]uint32, len(q.blanks))
+			}
+			if r.blanked[i] == nil {
+				r.blanked[i] = make([]uint32, batchRows)
+			}
+			dst, when := r.blanked[i][:want], r.curs[b.col].ids[:want]
+			copy(dst, keySrc[b.dim])
+			for j, id := range when {
+				if id == b.id {
+					dst[j] = b.empty
+				}
+			}
+			keySrc[b.dim] = dst
 		}
 		packets, bytes := r.curs[colPackets].i64[:want], r.curs[colBytes].i64[:want]
 		var times []int64

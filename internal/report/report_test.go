@@ -86,8 +86,13 @@ func dimValue(f *schemas.Flow, dim string) string {
 		return f.ServerID
 	case "port":
 		return f.PortID
-	case "lb":
+	case "lb": // a member's copy of segment 2 is the member's, not the LB's
+		if f.LBTap == schemas.LBTapMember {
+			return ""
+		}
 		return f.LBID
+	case "lb_tap":
+		return f.LBTap
 	case "lb_segment":
 		return strconv.Itoa(int(f.LBSegment))
 	case "pool":
@@ -840,7 +845,7 @@ func TestMixedMinorVersions(t *testing.T) {
 		t.Fatalf("old files %v: %v", files, err)
 	}
 	for i := range old {
-		old[i].PoolID, old[i].MemberID = "", "" // what the old files hold
+		old[i].PoolID, old[i].MemberID, old[i].LBTap = "", "", "" // what the old files hold
 	}
 	mixed := append(old, cur...)
 	for _, by := range [][]string{{"member"}, {"lb", "pool", "member"}, {"tenant", "zone"}} {
@@ -852,5 +857,78 @@ func TestMixedMinorVersions(t *testing.T) {
 			want, total := expect(mixed, by, all)
 			checkRows(t, rep, by, want, total)
 		})
+	}
+}
+
+// TestLBBytesOnce: per-load-balancer totals count every byte once (issue
+// 21 item 8). Segment 2 is recorded at the amphora's tap and again at the
+// member's; --by lb sums the amphora's side (lb_tap amphora) and leaves
+// the member's copy under lb ”, so the per-LB figures equal the bytes of
+// the transfers exactly, and the report's total stays every record's.
+func TestLBBytesOnce(t *testing.T) {
+	tr := parquettest.LBFlows(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	dir := writeWithSink(t, tr.Flows, 0)
+	var all Totals
+	for _, f := range tr.Flows {
+		all.Records++
+		all.Bytes += f.Bytes
+	}
+	tests := []struct {
+		by   []string
+		want func(parquettest.LBSegment) (string, bool) // row key of an LB segment, and whether that row holds only it
+	}{
+		{[]string{"lb", "lb_segment"}, func(s parquettest.LBSegment) (string, bool) { return fmt.Sprintf("%s\x00%d", s.LB, s.Segment), true }},
+		{[]string{"lb"}, func(s parquettest.LBSegment) (string, bool) { return s.LB, false }},
+		{[]string{"tenant", "lb"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.by, ","), func(t *testing.T) {
+			rep, err := Read(dir, Options{By: tc.by})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Total.Records != all.Records || rep.Total.Bytes != all.Bytes {
+				t.Fatalf("total %+v, want every record: %+v", rep.Total, all)
+			}
+			got := byKey(rep.Rows)
+			if tc.want == nil {
+				want, _ := expect(tr.Flows, tc.by, func(*schemas.Flow) bool { return true })
+				for k, w := range want {
+					if got[k].Bytes != w.Bytes {
+						t.Errorf("%q: %d bytes, want %d", k, got[k].Bytes, w.Bytes)
+					}
+				}
+				return
+			}
+			perKey := map[string]int64{}
+			for s, b := range tr.Once {
+				k, _ := tc.want(s)
+				perKey[k] += b
+			}
+			for k, b := range perKey {
+				if got[k].Bytes != b {
+					t.Errorf("lb %q: %d bytes, want %d (each transfer once)", k, got[k].Bytes, b)
+				}
+			}
+			seg2 := tr.Twice[parquettest.LBSegment{LB: "lb-a", Segment: 2}]
+			if once := tr.Once[parquettest.LBSegment{LB: "lb-a", Segment: 2}]; seg2 != 2*once || once == 0 {
+				t.Fatalf("the data does not record segment 2 at both taps: %d, %d", seg2, once)
+			}
+		})
+	}
+	// lb_tap shows both sides: the member's copy equals the amphora's segment 2.
+	rep, err := Read(dir, Options{By: []string{"lb_tap", "lb_segment"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byKey(rep.Rows)
+	var seg2 int64
+	for s, b := range tr.Once {
+		if s.Segment == 2 {
+			seg2 += b
+		}
+	}
+	if got["amphora\x002"].Bytes != seg2 || got["member\x002"].Bytes != seg2 {
+		t.Fatalf("segment 2 at the amphora %d, at the member %d; want %d each", got["amphora\x002"].Bytes, got["member\x002"].Bytes, seg2)
 	}
 }

@@ -85,8 +85,9 @@ type Table struct {
 	Columns []Column
 }
 
-// FlowMinor is flow.v1's minor version (flow.v1.1: pool_id, member_id).
-const FlowMinor = 1
+// FlowMinor is flow.v1's minor version (flow.v1.1: pool_id, member_id;
+// flow.v1.2: lb_tap).
+const FlowMinor = 2
 
 // MeterMinor is meter.v1's minor version.
 const MeterMinor = 0
@@ -134,6 +135,8 @@ var FlowV1 = []Column{
 	// flow.v1.1
 	{Name: "pool_id", GoName: "PoolID", Kind: String, Dict: true, Since: 1, Doc: "Octavia pool of the member on segment-2 records (amphora and member taps), else ''", Empty: "'': not a segment-2 record, or written before flow.v1.1"},
 	{Name: "member_id", GoName: "MemberID", Kind: String, Dict: true, Since: 1, Doc: "Octavia pool member on segment-2 records (amphora and member taps), else ''", Empty: "'': not a segment-2 record, or written before flow.v1.1"},
+	// flow.v1.2
+	{Name: "lb_tap", GoName: "LBTap", Kind: String, Dict: true, Since: 2, Doc: "which tap saw a record with lb_id: amphora (the load balancer's amphora) or member (a pool member's copy of segment 2: the bytes the amphora's tap saw, again); per-load-balancer totals sum lb_tap <> 'member' so each byte counts once", Empty: "'': no lb_id, or from an agent before flow.v1.2 (NULL in files before flow.v1.2)"},
 }
 
 // MeterV1 is the meter.v1 record: what the kernel counted on one tap and

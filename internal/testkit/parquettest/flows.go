@@ -183,9 +183,13 @@ func Flows(spec Spec) []schemas.Flow {
 		if r.IntN(20) == 0 {
 			f.LBID = lbs[r.IntN(len(lbs))]
 			f.LBSegment = int32(1 + r.IntN(2))
+			f.LBTap = schemas.LBTapAmphora
 			if f.LBSegment == 2 { // per-member columns (flow.v1.1), without another random draw
 				f.PoolID = f.LBID + "-pool"
 				f.MemberID = fmt.Sprintf("%s-member-%d", f.LBID, i%3)
+				if i%2 == 1 { // a member's copy (flow.v1.2 lb_tap)
+					f.LBTap = schemas.LBTapMember
+				}
 			}
 		}
 		if dir == "rx" {

@@ -109,7 +109,7 @@ the ` + "`Tapflow-Schema`" + ` header of every NATS message.
   another meaning, and never becomes nullable.
 - **Additive changes are minor versions** of the same schema: new columns
   are appended at the end of the table (flow.v1.1 added ` + "`pool_id`" + ` and
-  ` + "`member_id`" + ` this way). The name and the ` + "`Tapflow-Schema`" + ` header
+  ` + "`member_id`" + ` this way, flow.v1.2 ` + "`lb_tap`" + `). The name and the ` + "`Tapflow-Schema`" + ` header
   stay ` + "`flow.v1`" + `. **Readers select columns by name and ignore columns they do
   not know**, so an old reader keeps working on newer batches (tapflow's own
   decoder does exactly that), and a reader that needs a new column checks

@@ -73,11 +73,11 @@ tarx=(tar --sort=name --mtime="@$epoch" --numeric-owner --format=posix --pax-opt
 	--label org.opencontainers.image.revision="${REVISION:-}" \
 	"$ctx" >/dev/null
 if command -v podman >/dev/null; then
-	size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
+	size="$(($(podman image inspect --format '{{.Size}}' "$IMAGE") / 1000000)) MB"
 else
-	size=$(buildah inspect --type image --format '{{.ImageSize}}' "$IMAGE" 2>/dev/null || echo "?")
+	size=$(buildah images --noheading --format '{{.Size}}' "$IMAGE")
 fi
-echo "image: built $IMAGE ($((size / 1000000)) MB)"
+echo "image: built $IMAGE ($size)"
 if [[ -n ${IMAGE_ARCHIVE:-} ]]; then
 	mkdir -p "$(dirname "$IMAGE_ARCHIVE")"
 	rm -f "$IMAGE_ARCHIVE"

@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,4 +166,79 @@ func bpfMountsAt(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestPinDurable: a pin directory outlives the agent exactly when its
+// bpffs instance (device number) is mounted in the host's mount namespace
+// (/proc/1/mountinfo, read only in the initial PID namespace); a real
+// bpffs mount and crafted mountinfo files drive each branch.
+func TestPinDurable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: it mounts a bpffs (CI runs as root)")
+	}
+	mnt := filepath.Join(t.TempDir(), "bpffs")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	var ns unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &ns); err != nil || ns.Ino != procPIDInitIno {
+		t.Fatalf("the test must run in the initial PID namespace (ns inode %d, %v)", ns.Ino, err)
+	}
+	dir := t.TempDir()
+	n := 0
+	info := func(lines ...string) string {
+		n++
+		p := filepath.Join(dir, fmt.Sprint(n, ".mountinfo"))
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	root := "22 26 0:21 / /sys rw,relatime shared:7 - sysfs sysfs rw"
+	withBPF := info(root, "40 22 "+dev+" / /sys/fs/bpf rw,nosuid shared:12 - bpf bpf rw,mode=700")
+	otherBPF := info(root, "40 22 0:999 / /sys/fs/bpf rw - bpf bpf rw,mode=700")
+	sameDevNotBPF := info(root, "40 22 "+dev+" / /x rw - tmpfs tmpfs rw")
+	ownPIDNS := filepath.Join(dir, "not-the-initial-pid-ns")
+	os.WriteFile(ownPIDNS, nil, 0o600)
+	pin := filepath.Join(mnt, "tapflow") // not created yet: its parent is checked
+	tests := []struct {
+		name        string
+		pinDir      string
+		mountedHere bool
+		pidNS       string
+		mountinfo   string
+		durable     bool
+		why         string
+	}{
+		{"host: bpffs in pid 1's mounts", pin, false, "/proc/self/ns/pid", withBPF, true, "host's mount namespace"},
+		{"host: mounted by the agent in the host's namespace", pin, true, "/proc/self/ns/pid", withBPF, true, "host's mount namespace"},
+		{"ip netns exec: mounted by the agent, not in pid 1's", pin, true, "/proc/self/ns/pid", otherBPF, false, "mounted the bpffs itself in a private mount namespace"},
+		{"private namespace's own bpffs", pin, false, "/proc/self/ns/pid", otherBPF, false, "only in this private mount namespace"},
+		{"same device, another filesystem type", pin, false, "/proc/self/ns/pid", sameDevNotBPF, false, "only in this private"},
+		{"container: mounted by the agent", pin, true, ownPIDNS, withBPF, false, "inside a container"},
+		{"container: found mounted (bind mount assumed)", pin, false, ownPIDNS, otherBPF, true, "assumed"},
+		{"mountinfo unreadable, mounted by the agent", pin, true, "/proc/self/ns/pid", filepath.Join(dir, "missing"), false, "inside a container"},
+		{"pin_dir not on bpffs", filepath.Join(dir, "tapflow"), false, "/proc/self/ns/pid", withBPF, false, "not on a bpf filesystem"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pinDurable(tc.pinDir, tc.mountedHere, tc.pidNS, tc.mountinfo)
+			if got.Durable != tc.durable || !strings.Contains(got.Reason, tc.why) {
+				t.Errorf("got %+v, want durable %v with reason containing %q", got, tc.durable, tc.why)
+			}
+		})
+	}
+	// The real thing: this test's mount is in the host's mount namespace.
+	if got := PinDurable(pin, false); !got.Durable {
+		t.Errorf("PinDurable of a bpffs mounted in the initial mount namespace: %+v", got)
+	}
 }

@@ -444,3 +444,23 @@ func Summarize(dir string) (PinnedSummary, error) {
 	}
 	return s, nil
 }
+
+// Held counts what the kernel still holds of this run's flows, not yet
+// exported: flow-table entries and flow-cache slots (both generations),
+// with their bytes. A stop that must let go of them counts them as
+// stranded.
+func (o *Objects) Held() (records int, bytes uint64, err error) {
+	flows, err := o.Flows()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, f := range flows {
+		records++
+		bytes += f.Val.Bytes
+	}
+	err = o.cacheSlots(func(c *FlowCent) {
+		records++
+		bytes += c.Bytes
+	})
+	return records, bytes, err
+}

@@ -40,7 +40,10 @@ type PipelineOptions struct {
 	// hypervisor's); each hypervisor's agent has its own node name.
 	Hypervisor string
 	// PinDir is capture.pin_dir (a directory on a bpffs the caller
-	// mounted). Empty: no pinning, every stop flushes the kernel table.
+	// mounted, which outlives each tapflow process). Empty: the shipped
+	// default, /sys/fs/bpf/tapflow — under ip netns exec a bpffs tapflow
+	// mounts itself and which goes with it, so every stop detaches and
+	// exports the kernel's flows.
 	PinDir string
 }
 
@@ -94,8 +97,7 @@ capture:
   sweep_interval: 1s
   meter_interval: 1s
   rescan_interval: 1s
-  pin_dir: %q
-inventory:
+%sinventory:
 %sattribution:
   ghost_grace: 60s
   swap_barrier: %s
@@ -107,7 +109,16 @@ metrics:
 log:
   format: json
   level: info
-%s`, l.Cloud.Prefix, node, dataDir, pinDir, inv, swapBarrier(), extra)
+%s`, l.Cloud.Prefix, node, dataDir, pinDirLine(pinDir), inv, swapBarrier(), extra)
+}
+
+// pinDirLine is the capture.pin_dir line: none (the shipped default)
+// unless the scenario pins on a bpffs of its own.
+func pinDirLine(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	return fmt.Sprintf("  pin_dir: %q\n", dir)
 }
 
 // swapBarrier is attribution.swap_barrier for the lab's tapflow: 30s, or

@@ -73,8 +73,11 @@ type Step struct {
 	Migrate *MigrateStep `yaml:"migrate"`
 	// Restart stops tapflow — "kill" (SIGKILL) or "term" (SIGTERM) — and
 	// starts it again; it adopts the pinned capture state. A scenario with
-	// a restart runs with capture.pin_dir on a bpffs of its own, and its
-	// last tapflow process stops with --detach (it exports the table).
+	// a restart runs with capture.pin_dir on a bpffs of its own (the
+	// shipped default under ip netns exec goes with each process), and
+	// its last tapflow process stops with --detach: every stop exports,
+	// but only a detaching one is exact at the instant while background
+	// traffic (VRRP) still crosses the taps.
 	Restart string `yaml:"restart"`
 }
 
@@ -522,8 +525,9 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (out *Outcome,
 	runStart := time.Now()
 	pinDir := ""
 	if sc.restarts() {
-		// Pinned capture state on a bpffs of the lab's own (ip netns exec
-		// replaces /sys, not the lab's directory).
+		// Pinned capture state on a bpffs of the lab's own, which
+		// outlives each process (ip netns exec replaces /sys, not the
+		// lab's directory). Other scenarios run the shipped default.
 		mnt := filepath.Join(l.Dir(), "bpffs")
 		if err := mountBPF(mnt); err != nil {
 			return nil, err

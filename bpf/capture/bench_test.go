@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -163,5 +164,60 @@ func benchExport(b *testing.B, n int, live bool) {
 			b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/export")
 			b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*n), "ns/flow")
 		}
+	}
+}
+
+// BenchmarkStop: the pinned stop (keep) with N live flows in the table —
+// what exporting every flow at every stop adds to a restart: the sweep of
+// the tables and both flow-cache generations, every record through the
+// ring, decoded and handed over (acked at once). flows=0 is the stop's
+// fixed cost. Populating the table is not timed.
+func BenchmarkStop(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to load eBPF")
+	}
+	for _, n := range []int{0, 65536} {
+		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.PinDir = ""
+			cfg.FlowTableEntries = 2 * max(n, 1024)
+			h := &discard{}
+			c, err := New(cfg, Options{Handler: h, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c.objs, err = bpf.Load(c.spec); err != nil {
+				b.Fatal(err)
+			}
+			defer c.objs.Close()
+			if c.ring, err = bpf.OpenRing(c.objs.Records()); err != nil {
+				b.Fatal(err)
+			}
+			defer c.ring.Close()
+			frame := make([]byte, 64)
+			binary.BigEndian.PutUint16(frame[12:], 0x0800)
+			frame[14] = 0x45
+			frame[23] = 17
+			var took time.Duration
+			for b.Loop() {
+				for i := range n {
+					binary.BigEndian.PutUint16(frame[34:], uint16(i))
+					frame[33] = byte(i >> 16)
+					if _, _, err := c.objs.Ingress().Benchmark(frame, 1, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := h.n
+				start := time.Now()
+				if err := c.keep(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(start)
+				if got := h.n - before; got != n {
+					b.Fatalf("the stop exported %d records of %d live flows", got, n)
+				}
+			}
+			b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/stop")
+		})
 	}
 }

@@ -64,15 +64,16 @@ type Options struct {
 	Registry prometheus.Registerer // nil: no metrics registered
 	Handler  Handler               // required
 	// Detach makes this run the last: at stop it detaches from every
-	// interface, exports every flow still in the kernel as a shutdown
-	// record and removes the pinned state (uninstall). Without pinning
-	// every stop does that.
+	// interface before it exports every flow still in the kernel and
+	// removes the pinned state (uninstall). Without pinning, or with a pin
+	// that will not outlive the agent, every stop does that.
 	Detach bool
 }
 
 // ackWait bounds how long a stop waits for the last records and meters
-// handed over to become durable; what is not acked by then stays in the
-// ring (pinned) for the next run.
+// handed over to become durable, and how long its export may wait for
+// ring space; what is not acked by then stays in the ring (pinned) for
+// the next run, or is counted as stranded when nothing will adopt it.
 const ackWait = 30 * time.Second
 
 // Capture is the running kernel capture. Create with New, start with Run.
@@ -83,6 +84,8 @@ type Capture struct {
 	h      Handler
 	m      *metrics
 	detach bool
+	// ackWait is the const ackWait (tests shorten it before the stop).
+	ackWait time.Duration
 
 	// Owned by Run's goroutine.
 	objs       *bpf.Objects
@@ -92,12 +95,18 @@ type Capture struct {
 	flushedPos uint64 // ring position of the last hand-over
 	batch      []Record
 	pinned     bool
-	ifaces     map[int]*iface
-	names      map[uint32]nameEntry
-	freeSlots  []uint32
-	offsetNs   int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
-	sweepMax   uint32
-	meterBuf   []MeterRecord
+	// durable: the pin directory's bpffs outlives the agent
+	// (bpf.PinDurable), so a stop may leave the programs attached for
+	// the next start to adopt. A pin that will not outlive the agent
+	// makes every stop a detaching one.
+	durable   bool
+	pinWhy    atomic.Pointer[string] // non-durable pin: why (readiness note)
+	ifaces    map[int]*iface
+	names     map[uint32]nameEntry
+	freeSlots []uint32
+	offsetNs  int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
+	sweepMax  uint32
+	meterBuf  []MeterRecord
 	// pendingMeters holds final deltas of interfaces replaced by a new one
 	// with the same ifindex, until the next meter tick.
 	pendingMeters []MeterRecord
@@ -135,6 +144,10 @@ type meterEnt struct {
 type ackEnt struct {
 	pos  uint64
 	done bool
+	// What the batch carried: counted as stranded if the capture lets go
+	// of the ring before its ack, with no pin to hand it over again.
+	records int
+	bytes   uint64
 }
 
 // slotMeter is a slot's meter reading a delta was taken up to.
@@ -190,7 +203,7 @@ func New(cfg Config, opts Options) (*Capture, error) {
 		cfg: cfg, spec: spec, log: log.With("component", "capture"), h: opts.Handler, m: m, detach: opts.Detach || cfg.Detach,
 		ifaces: map[int]*iface{}, names: map[uint32]nameEntry{},
 		batch: make([]Record, 0, batchMax), pinned: cfg.PinDir != "", ackSig: make(chan struct{}, 1),
-		exportReq: make(chan exportReq), quit: make(chan struct{}),
+		exportReq: make(chan exportReq), quit: make(chan struct{}), ackWait: ackWait,
 	}
 	for s := uint32(cfg.MaxInterfaces); s >= 1; s-- {
 		c.freeSlots = append(c.freeSlots, s)
@@ -206,22 +219,73 @@ func (c *Capture) Spec() bpf.Spec { return c.spec }
 // scanned (safe from any goroutine).
 func (c *Capture) Running() bool { return c.running.Load() }
 
+// PinNote is "" unless capture.pin_dir is set and its bpffs will not
+// outlive the agent; then it says why and what to change (the agent's
+// /readyz shows it). Safe from any goroutine.
+func (c *Capture) PinNote() string {
+	if p := c.pinWhy.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// checkPin mounts the bpffs capture.pin_dir needs when none is (a host
+// or container without systemd, as the unit's ExecStartPre would) and
+// decides whether the pin outlives the agent. A pin that does not is
+// kept for the run (a restart inside the same namespace still adopts it
+// after a SIGKILL) but every stop detaches and exports as without
+// pinning: leaving flows in a bpffs that goes away with the agent would
+// lose them uncounted. Treating it as no pin at all would be as exact at
+// a stop but would not survive a SIGKILL inside a container that
+// restarts the agent in place; one stop path (shutdown) for both keeps
+// the behaviour that matters — nothing stranded — in one tested place.
+func (c *Capture) checkPin() error {
+	c.m.pinDurable.Set(0)
+	if !c.pinned {
+		return nil
+	}
+	mounted, err := bpf.MountBPFFS(c.cfg.PinDir)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	if mounted {
+		c.log.Info("mounted a bpf filesystem for capture.pin_dir (none was mounted)", "path", bpf.BPFFSRoot, "pin_dir", c.cfg.PinDir, "mode", "0700")
+	}
+	d := bpf.PinDurable(c.cfg.PinDir, mounted)
+	c.durable = d.Durable
+	if !d.Durable {
+		why := fmt.Sprintf("capture.pin_dir %s will not outlive the agent (%s): every stop detaches and exports all flows, and the programs do not count across a restart; bind-mount the host's /sys/fs/bpf or run the agent in the host's mount namespace (docs/operations.md)",
+			c.cfg.PinDir, d.Reason)
+		c.pinWhy.Store(&why)
+		c.log.Warn("the pinned capture state will not outlive the agent: every stop detaches and exports everything; to keep counting across restarts, bind-mount the host's /sys/fs/bpf into the agent's mount namespace or run it in the host's",
+			"pin_dir", c.cfg.PinDir, "why", d.Reason)
+		return nil
+	}
+	c.m.pinDurable.Set(1)
+	c.log.Info("capture.pin_dir outlives the agent: a stop leaves the programs attached for the next start", "pin_dir", c.cfg.PinDir, "why", d.Reason)
+	return nil
+}
+
 // Run loads and attaches the programs, then drains, sweeps and meters until
 // ctx is done.
 //
 // With pinning (Config.PinDir) it first adopts what a previous run left
 // pinned: the maps (table, caches, meters, unread and unacked ring
 // records), the tcx links (swapping in this run's programs) and the meter
-// slots; at stop it hands over what the ring holds and the last meter
-// deltas, waits for them to be durable and returns, leaving the programs
-// attached and the state pinned for the next run.
+// slots. Every stop exports every flow the kernel holds (end reason
+// shutdown) and waits for it to be durable. With a pin that outlives the
+// agent (bpf.PinDurable) the programs then stay attached, counting what
+// crosses the taps until the next start adopts it.
 //
-// Without pinning, or with Options.Detach, the stop detaches, flushes
-// every flow left in the kernel as a shutdown record, publishes the last
-// meters and (Detach) removes the pinned state. Handler calls during the
-// stop get a context that is not cancelled.
+// Without pinning, with a pin that will not outlive the agent, or with
+// Options.Detach, the stop detaches first, then exports every flow left
+// in the kernel, publishes the last meters and removes the pinned state.
+// Handler calls during the stop get a context that is not cancelled.
 func (c *Capture) Run(ctx context.Context) (err error) {
 	defer c.quitOnce.Do(func() { close(c.quit) })
+	if err := c.checkPin(); err != nil {
+		return err
+	}
 	objs, err := bpf.Load(c.spec)
 	if err != nil {
 		return fmt.Errorf("capture: %w", err)
@@ -279,7 +343,7 @@ func (c *Capture) Run(ctx context.Context) (err error) {
 	// Flush (or hand over) even when a step below fails.
 	defer func() {
 		stop := c.shutdown
-		if c.pinned && !c.detach {
+		if c.pinned && c.durable && !c.detach {
 			stop = c.keep
 		}
 		if ferr := stop(context.WithoutCancel(ctx)); ferr != nil {
@@ -548,7 +612,10 @@ func (c *Capture) flush(ctx context.Context) error {
 	}
 	c.flushedPos = pos
 	c.m.unacked.Set(float64(c.ring.Uncommitted()))
-	e := &ackEnt{pos: pos}
+	e := &ackEnt{pos: pos, records: len(c.batch)}
+	for i := range c.batch {
+		e.bytes += c.batch[i].Val.Bytes
+	}
 	c.ackMu.Lock()
 	if len(c.batch) == 0 {
 		// Nothing to hand over, but the read position may have moved
@@ -624,8 +691,8 @@ func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndR
 	return c.sweepUntil(ctx, context.Background(), idle, reason)
 }
 
-// sweepUntil is sweep; an export of live flows (EndInventoryChange) runs
-// until everything is out or until is done.
+// sweepUntil is sweep; a full export (EndInventoryChange, EndShutdown)
+// runs until everything is out or until is done.
 func (c *Capture) sweepUntil(ctx, until context.Context, idle time.Duration, reason bpf.EndReason) error {
 	for i := 0; ; i++ {
 		res, err := c.objs.Sweep(idle, reason, c.sweepMax)
@@ -647,9 +714,9 @@ func (c *Capture) sweepUntil(ctx, until context.Context, idle time.Duration, rea
 		if i >= 1000 && !full {
 			return nil // try again at the next interval
 		}
-		if reason == bpf.EndInventoryChange {
+		if full {
 			if err := until.Err(); err != nil {
-				return err // the rest stays in the table, exported later
+				return err // the rest stays in the table
 			}
 		}
 		if full && c.ring.Uncommitted() > 0 {
@@ -869,57 +936,111 @@ func (c *Capture) finalMeter(ifc *iface, clearSlot bool) {
 }
 
 // shutdown detaches everything, exports every flow left in the kernel as a
-// shutdown record and publishes the last meters.
+// shutdown record and publishes the last meters. Detaching first makes
+// the stop exact: no packet is counted after the last meter reading.
+// With a pin that outlives the agent (a --detach stop) an incomplete
+// export keeps the pinned state for another run; otherwise what the stop
+// lets go of is counted as stranded.
 func (c *Capture) shutdown(ctx context.Context) error {
+	start := time.Now()
 	for _, ifc := range c.ifaces {
 		c.release(ifc, "shutdown")
 	}
+	until, cancel := context.WithTimeout(context.Background(), c.ackWait)
+	defer cancel()
 	var errs []error
-	if err := c.sweep(ctx, 0, bpf.EndShutdown); err != nil {
+	if err := c.sweepUntil(ctx, until, 0, bpf.EndShutdown); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.drain(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	exported := time.Since(start)
 	if err := c.meters(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	acked := c.waitAcks(ackWait)
-	if c.pinned {
-		switch {
-		case len(errs) > 0:
-			errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: the flush failed", c.cfg.PinDir))
-		case !acked:
-			errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: records not durable within %s stay in its ring; run --detach again once the downstream is back", c.cfg.PinDir, ackWait))
-		default:
+	acked := c.waitAcks(c.ackWait)
+	switch {
+	case c.pinned && c.durable && len(errs) > 0:
+		errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: the flush failed", c.cfg.PinDir))
+	case c.pinned && c.durable && !acked:
+		errs = append(errs, fmt.Errorf("capture: pinned state in %s kept: records not durable within %s stay in its ring; run --detach again once the downstream is back", c.cfg.PinDir, c.ackWait))
+	default:
+		if len(errs) > 0 || !acked {
+			c.strand(len(errs) > 0)
+		}
+		if c.pinned {
 			if err := c.objs.Unpin(); err != nil {
 				errs = append(errs, fmt.Errorf("capture: remove pinned state: %w", err))
 			} else {
 				c.log.Info("pinned capture state removed", "pin_dir", c.cfg.PinDir)
 			}
 		}
-	} else if !acked {
-		c.log.Warn("records not acked by downstream at stop", "wait", ackWait.String())
 	}
-	c.log.Info("capture stopped: all flows flushed")
+	c.log.Info("capture stopped: detached, all flows exported", "export_seconds", exported.Seconds(), "acked", acked)
 	return errors.Join(errs...)
 }
 
-// keep is the stop with pinning: hand over what the ring holds and the
-// last meter deltas, wait until they are durable, and leave the programs
-// attached and the table pinned: the next run adopts them. Nothing is
-// swept: flows stay in the table, un-exported, and lose nothing.
+// strand counts what a stop lets go of with nothing to adopt it: the
+// records of batches handed over and not acked (the ring's copy goes
+// with the process; downstream may still deliver them late) and, when
+// the export failed (held), the flows still in the tables and caches.
+func (c *Capture) strand(held bool) {
+	var recs int
+	var bytes uint64
+	c.ackMu.Lock()
+	for _, e := range c.acks {
+		if !e.done {
+			recs += e.records
+			bytes += e.bytes
+		}
+	}
+	c.ackMu.Unlock()
+	if held {
+		n, b, err := c.objs.Held()
+		if err != nil {
+			c.log.Error("count the flows left in the kernel", "err", err)
+		}
+		recs += n
+		bytes += b
+	}
+	if recs == 0 {
+		return
+	}
+	c.m.strandedRecords.Add(float64(recs))
+	c.m.strandedBytes.Add(float64(bytes))
+	c.log.Error("flow records left behind at stop with nothing to adopt them (tapflow_capture_stranded_*)",
+		"records", recs, "bytes", bytes, "wait", c.ackWait.String(), "ring_unread_bytes", c.ring.Unread())
+}
+
+// keep is the stop with a pin that outlives the agent: export every flow
+// the kernel holds (tables and every CPU's flow cache, end reason
+// shutdown) while the programs keep counting, hand over the last meter
+// deltas, wait until all of it is durable, and leave the programs attached
+// and the state pinned: the next start adopts what crosses the taps
+// meanwhile. Packets counted during the export's few milliseconds are in
+// this stop's meter delta and in the next run's records.
 func (c *Capture) keep(ctx context.Context) error {
+	start := time.Now()
+	until, cancel := context.WithTimeout(context.Background(), c.ackWait)
+	defer cancel()
 	var errs []error
 	if err := c.drain(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.sweepUntil(ctx, until, 0, bpf.EndShutdown); errors.Is(err, context.DeadlineExceeded) {
+		c.log.Warn("the stop's export waited for ring space longer than the ack wait: the rest stays in the pinned table for the next start",
+			"wait", c.ackWait.String())
+	} else if err != nil {
+		errs = append(errs, err)
+	}
+	exported := time.Since(start)
 	if err := c.meters(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if !c.waitAcks(ackWait) {
+	if !c.waitAcks(c.ackWait) {
 		c.log.Warn("handed-over records not durable at stop: they stay in the pinned ring and the next run hands them over again",
-			"wait", ackWait.String(), "ring_unacked_bytes", c.ring.Uncommitted())
+			"wait", c.ackWait.String(), "ring_unacked_bytes", c.ring.Uncommitted())
 	}
 	for _, ifc := range c.ifaces {
 		if ifc.handle != nil {
@@ -929,9 +1050,9 @@ func (c *Capture) keep(ctx context.Context) error {
 			ifc.handle = nil
 		}
 	}
-	n, _ := c.objs.Flows()
-	c.log.Info("capture stopped: programs stay attached, state pinned for the next run", "pin_dir", c.cfg.PinDir,
-		"flows_in_kernel", len(n), "ring_unread_bytes", c.ring.Unread())
+	n, _, _ := c.objs.Held()
+	c.log.Info("capture stopped: all flows exported; programs stay attached and counting, state pinned for the next start", "pin_dir", c.cfg.PinDir,
+		"export_seconds", exported.Seconds(), "flows_since_export", n, "ring_unread_bytes", c.ring.Unread())
 	return errors.Join(errs...)
 }
 

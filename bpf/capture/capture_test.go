@@ -179,7 +179,10 @@ func labConfig(lab *nslab.Lab, mode attach.Mode) Config {
 	cfg.MemoryBudget = 8 << 20
 	cfg.MaxInterfaces = 16
 	cfg.AttachMode = mode
-	cfg.PinDir = "" // every stop flushes (the pinned tests set one)
+	// Not pinned: these tests are about counting and exporting; the
+	// pinned ones (restart_test.go) set a bpffs of their own, as the
+	// machine's /sys/fs/bpf is shared with everything running here.
+	cfg.PinDir = ""
 	cfg.MeterInterval = units.Duration(200 * time.Millisecond)
 	cfg.RescanInterval = units.Duration(500 * time.Millisecond)
 	return cfg

@@ -44,8 +44,9 @@ type Config struct {
 	// AttachMode is auto (tcx, else tc), tcx or tc (clsact + cls_bpf).
 	AttachMode attach.Mode `yaml:"attach_mode"`
 	// PinDir is the bpffs directory where the links and maps are pinned so
-	// a restarted agent adopts them and loses nothing ("" = no pinning: every
-	// stop detaches and flushes the table as shutdown records).
+	// the programs keep counting across a restart and the next start adopts
+	// what they counted ("" = no pinning: every stop detaches). Every stop
+	// exports the flows either way.
 	PinDir string `yaml:"pin_dir"`
 	// Detach is the --detach flag, not configuration: see Options.Detach.
 	Detach bool `yaml:"-"`

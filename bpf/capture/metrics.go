@@ -24,6 +24,9 @@ type metrics struct {
 	unacked                prometheus.Gauge
 	exports                prometheus.Counter
 	exportSeconds          prometheus.Histogram
+	pinDurable             prometheus.Gauge
+	strandedRecords        prometheus.Counter
+	strandedBytes          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,6 +56,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		exportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_capture_live_export_seconds",
 			Help:    "Duration of one export of every live flow (sweep of the tables and flow caches, hand-over included).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		pinDurable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_pin_durable",
+			Help: "1 when capture.pin_dir is on a bpffs that outlives the agent (a stop leaves the programs counting for the next start); 0 without pinning or when the pin goes away with the agent (every stop detaches)."}),
+		strandedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_stranded_records_total",
+			Help: "Flow records a stop left behind with nothing to adopt them: handed over but not acked within the stop's wait, or not exported (a loss unless downstream still delivers them)."}),
+		strandedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_stranded_bytes_total",
+			Help: "Traffic bytes of tapflow_capture_stranded_records_total."}),
 		unacked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_ring_unacked_bytes", Help: "Ring-buffer bytes read and handed downstream but not yet durable (kept in the ring until acked)."}),
 	}
 	for _, r := range bpf.EndReasons() {
@@ -62,7 +71,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
-		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked, m.exports, m.exportSeconds} {
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked, m.exports, m.exportSeconds,
+		m.pinDurable, m.strandedRecords, m.strandedBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register capture metrics: %w", err)
 		}

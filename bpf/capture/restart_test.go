@@ -110,9 +110,10 @@ func tcxPrograms(t *testing.T, ifindex int) int {
 	return n
 }
 
-// TestRestartAdopts: a capture stopped with pinning leaves its programs
-// attached and its table pinned; traffic while no agent runs is still
-// counted; the next capture adopts table, meters and links (swapping its
+// TestRestartAdopts: a capture stopped with a pin that outlives it
+// exports every flow (end reason shutdown: records = meters right after
+// the stop) and leaves its programs attached and its state pinned;
+// traffic while no agent runs is still counted; the next capture adopts table, meters and links (swapping its
 // programs in), and its --detach stop exports everything. Σ records of
 // both runs = Σ meters of both runs, byte and packet exact; the traffic
 // of each phase is in the records; afterwards nothing is left in bpffs
@@ -130,8 +131,19 @@ func TestRestartAdopts(t *testing.T) {
 			listenUDP(t, b, 9500)
 			p1 := sendUDP(t, a, b.IP, 9500, 300, 700)
 			pg := sendUDP(t, gone, b.IP, 9500, 40, 500)
+			if v := gauge(t, r1.reg, "tapflow_capture_pin_durable"); v != 1 {
+				t.Errorf("tapflow_capture_pin_durable = %v for a bpffs in the initial mount namespace, want 1", v)
+			}
 			if err := r1.stop(); err != nil {
 				t.Fatalf("run 1: %v", err)
+			}
+			// The stop exported what the kernel held: exact already.
+			checkConservation(t, col, false, a.Tap, b.Tap, gone.Tap)
+			if p, _ := col.flowBytes(a.Tap, bpf.DirTX, 17, p1, 9500); p != 300 {
+				t.Errorf("after the pinned stop: %d packets of the flow from port %d exported, 300 sent", p, p1)
+			}
+			if n := gauge(t, r1.reg, "tapflow_capture_stranded_records_total"); n != 0 {
+				t.Errorf("%v records stranded", n)
 			}
 			if mode == attach.TCX {
 				if n := tcxPrograms(t, a.Ifindex); n != 2 {

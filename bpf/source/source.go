@@ -77,6 +77,9 @@ func New(cfg capture.Config, opts Options) (*Source, error) {
 	return s, nil
 }
 
+// PinNote is capture.PinNote: why the pin will not outlive the agent, or "".
+func (s *Source) PinNote() string { return s.cap.PinNote() }
+
 // Name implements pipeline.Source.
 func (s *Source) Name() string { return "ebpf" }
 

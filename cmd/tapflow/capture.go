@@ -20,7 +20,9 @@ func newCaptureCmd() *cobra.Command {
 		Use:   "capture status|detach",
 		Short: "show or remove the capture state pinned in bpffs (capture.pin_dir)",
 		Long: `The eBPF capture state an agent leaves pinned in capture.pin_dir (tcx links,
-flow table, ring buffer) so that its next start adopts it and loses nothing.`,
+flow table, ring buffer) so that its next start adopts it and loses nothing:
+every stop exports the flows, so the table holds what the programs counted
+since (or everything, after a SIGKILL).`,
 	}, newCaptureSubCmd("status", `Show what is pinned in capture.pin_dir: tcx links, flows still in the
 kernel table (not yet exported), ring-buffer bytes not yet durable.`),
 		newCaptureSubCmd("detach", `Remove the pinned state: detach the programs from every tap (tcx links and

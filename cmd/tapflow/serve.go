@@ -22,11 +22,13 @@ collector drains the stream, commits its Parquet files and acks them.`,
 		`Run the agent: source (synthetic or ebpf) → attribution → batches published to
 NATS JetStream (nats.url, or an embedded server when empty). SIGHUP (or
 POST /-/refresh on metrics.listen) reconciles the inventory now;
-SIGINT/SIGTERM publish what is in flight, then exit. With source ebpf and
-capture.pin_dir (the default) the programs stay attached and the kernel table
-and ring stay pinned: the next start adopts them and loses nothing, even after
-a SIGKILL. --detach makes a run the last one: its stop exports everything and
-removes the pinned state (uninstall; docs/operations.md).`,
+SIGINT/SIGTERM export every flow the kernel holds, publish what is in flight,
+then exit. With source ebpf and capture.pin_dir (the default) on a bpffs that
+outlives the agent, the programs stay attached and counting and the next start
+adopts what came in meanwhile, even after a SIGKILL (a pin that will not
+outlive the agent is reported at start; every stop then detaches). --detach
+makes a run the last one: its stop also removes the programs and the pinned
+state (uninstall; docs/operations.md).`,
 		false, app.RunAgent))
 	register(newServeCmd("collector", "consume batches from NATS and write hourly-partitioned Parquet",
 		`Run the collector: durable JetStream consumer → Parquet files under
@@ -77,7 +79,7 @@ func newServeCmd(name, short, long string, writesOutput bool, runFn func(context
 		cf.bindObs(fs, true)
 		fs.DurationVar(&duration, "duration", 0, "stop gracefully after this long (e.g. 20s; 0 = until SIGINT/SIGTERM)")
 		if name != "collector" {
-			fs.BoolVar(&detach, "detach", false, "source ebpf: make this run the last one (uninstall): at stop, detach from every tap, export every flow still in the kernel and remove the pinned state in capture.pin_dir (without it a stop leaves the programs attached and the state pinned for the next run)")
+			fs.BoolVar(&detach, "detach", false, "source ebpf: make this run the last one (uninstall): at stop, detach from every tap before exporting every flow, and remove the programs and the pinned state in capture.pin_dir (every stop exports the flows; without --detach the programs stay attached and counting for the next run)")
 		}
 		return cmd
 	}

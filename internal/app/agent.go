@@ -28,7 +28,6 @@ type agent struct {
 	meters *pipeline.RunnerOf[schemas.Meter]
 	rt     *runtime
 	asker  *lookup.Asker // provider nats: targeted lookups; else nil
-	pinDir string        // source ebpf: capture.pin_dir ("" when not pinning)
 }
 
 func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
@@ -80,6 +79,9 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			}
 			return nil
 		})
+		// Ready either way (nothing is lost), but an operator reading
+		// /readyz learns that restarts leave a gap (capture.PinNote).
+		rt.addNote("capture", s.PinNote)
 		if meters, err = newAgentMeters(cfg, rt, feed, log); err != nil {
 			return nil, fmt.Errorf("meter pipeline: %w", err)
 		}
@@ -136,11 +138,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	rt.refresh.Store(&refresh)
 	confirm := eng.ConfirmDrop
 	rt.confirmDrop.Store(&confirm)
-	a := &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt, asker: asker}
-	if cfg.Source == "ebpf" {
-		a.pinDir = cfg.Capture.PinDir
-	}
-	return a, nil
+	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt, asker: asker}, nil
 }
 
 // Run loads the inventory before the source starts (capture must not run
@@ -148,13 +146,6 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 // pipeline, which outlives it to publish the capture's last meters).
 func (a *agent) Run(ctx context.Context) error {
 	defer a.engine.Close()
-	// A root agent on a host without bpffs (no systemd, a container)
-	// mounts it as systemd and the unit's ExecStartPre would.
-	if mounted, err := bpf.MountBPFFS(a.pinDir); err != nil {
-		return err
-	} else if mounted {
-		a.rt.log.Info("mounted a bpf filesystem for capture.pin_dir (none was mounted)", "path", bpf.BPFFSRoot, "pin_dir", a.pinDir, "mode", "0700")
-	}
 	if err := a.engine.Load(ctx); err != nil {
 		return fmt.Errorf("load inventory: %w", err)
 	}

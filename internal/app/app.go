@@ -125,6 +125,13 @@ func (rt *runtime) addReady(name string, fn func() error) {
 	}
 }
 
+// addNote adds a readiness note: shown by /readyz, never making it fail.
+func (rt *runtime) addNote(name string, fn func() string) {
+	if rt.ready != nil {
+		rt.ready.Note(name, fn)
+	}
+}
+
 func (rt *runtime) requestRefresh() bool {
 	if f := rt.refresh.Load(); f != nil {
 		(*f)()

@@ -56,7 +56,12 @@ func TestRunEBPFConservation(t *testing.T) {
 	cfg.Capture.MemoryBudget = 8 << 20
 	cfg.Capture.MaxInterfaces = 8
 	cfg.Capture.MeterInterval = units.Duration(250 * time.Millisecond)
-	cfg.Capture.PinDir = "" // the stop flushes the table
+	// Pinned, as shipped, in the host's mount namespace, but on a bpffs
+	// instance of the test's own: the machine's /sys/fs/bpf/tapflow is
+	// shared with everything else running here. The stop exports the
+	// table while the programs stay attached (TestAgentStopShapes runs
+	// the default path itself in every deployment shape).
+	cfg.Capture.PinDir = filepath.Join(hostBPFFS(t), "tapflow")
 	cfg.Inventory.File = writeLabInventory(t, dir, a, b)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -225,7 +225,7 @@ func allProcesses(t *testing.T) []process {
 // lossName matches the counters that count something lost, dropped,
 // refused or failed: each must exist (at 0) from start, or rate() and
 // increase() alerts miss the first one.
-var lossName = regexp.MustCompile(`lost|bad_|drop|discard|error|dlq|collision|reject|corrupt|refused|violation|fail|nack|naks|unresolved|torn|unanswered`)
+var lossName = regexp.MustCompile(`lost|bad_|drop|discard|error|dlq|collision|reject|corrupt|refused|violation|fail|nack|naks|unresolved|torn|unanswered|stranded`)
 
 // lossCounters is the explicit list (the pattern above finds any new
 // one; this list catches a pattern that stops matching).
@@ -255,6 +255,8 @@ var lossCounters = []string{
 	"tapflow_capture_attach_failures_total",
 	"tapflow_capture_batches_nacked_total",
 	"tapflow_capture_meter_records_lost_total",
+	"tapflow_capture_stranded_records_total",
+	"tapflow_capture_stranded_bytes_total",
 	"tapflow_inventory_errors_total",
 	"tapflow_s3_upload_failures_total",
 	"tapflow_synthetic_batches_nacked_total",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -15,6 +16,14 @@ import (
 type Readiness struct {
 	mu     sync.Mutex
 	checks []readyCheck
+	notes  []readyNote
+}
+
+// readyNote is something an operator should know that does not make the
+// process unready (a capture pin that will not outlive the agent).
+type readyNote struct {
+	name string
+	fn   func() string
 }
 
 type readyCheck struct {
@@ -31,6 +40,28 @@ func (r *Readiness) Add(name string, fn func() error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks = append(r.checks, readyCheck{name, fn})
+}
+
+// Note adds a note: fn returns "" when there is nothing to say. /readyz
+// appends the notes ("note: name: text", one a line), ready or not.
+func (r *Readiness) Note(name string, fn func() string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, readyNote{name, fn})
+}
+
+// notesText is the notes that have something to say, one a line.
+func (r *Readiness) notesText() string {
+	r.mu.Lock()
+	notes := append([]readyNote(nil), r.notes...)
+	r.mu.Unlock()
+	var b strings.Builder
+	for _, n := range notes {
+		if s := n.fn(); s != "" {
+			fmt.Fprintf(&b, "note: %s: %s\n", n.name, s)
+		}
+	}
+	return b.String()
 }
 
 // Err is nil when the process is ready, else every reason it is not.
@@ -50,11 +81,17 @@ func (r *Readiness) Err() error {
 	return errors.Join(errs...)
 }
 
-// ServeHTTP answers 200 "ready" or 503 with the reasons, one a line.
+// ServeHTTP answers 200 "ready" or 503 with the reasons, one a line,
+// followed by the notes.
 func (r *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	notes := r.notesText()
 	if err := r.Err(); err != nil {
-		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		msg := "not ready: " + err.Error()
+		if notes != "" {
+			msg += "\n" + strings.TrimSuffix(notes, "\n")
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
-	_, _ = io.WriteString(w, "ready\n")
+	_, _ = io.WriteString(w, "ready\n"+notes)
 }

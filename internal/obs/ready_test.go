@@ -40,7 +40,8 @@ func get(t *testing.T, url string) (int, string) {
 
 // TestReadyz: /readyz is 503 with every failing reason until each check
 // passes, 200 then, and 503 again when a check fails (e.g. shutdown);
-// /healthz stays 200 throughout (liveness).
+// /healthz stays 200 throughout (liveness). Notes never change the
+// status; those with something to say follow, ready or not.
 func TestReadyz(t *testing.T) {
 	ready := NewReadiness()
 	base := serve(t, NewRegistry(), ServerOptions{Ready: ready})
@@ -50,8 +51,9 @@ func TestReadyz(t *testing.T) {
 		before func()
 		code   int
 		body   []string
+		not    []string
 	}{
-		{"no checks yet", func() {}, http.StatusServiceUnavailable, []string{"starting"}},
+		{"no checks yet", func() {}, http.StatusServiceUnavailable, []string{"starting"}, nil},
 		{"nats down", func() {
 			ready.Add("nats", func() error {
 				if !nats.Load() {
@@ -65,10 +67,14 @@ func TestReadyz(t *testing.T) {
 				}
 				return nil
 			})
-		}, http.StatusServiceUnavailable, []string{"nats: not connected"}},
-		{"all pass", func() { nats.Store(true) }, http.StatusOK, []string{"ready"}},
-		{"shutdown", func() { stopping.Store(true) }, http.StatusServiceUnavailable, []string{"process: shutting down"}},
-		{"two reasons", func() { nats.Store(false) }, http.StatusServiceUnavailable, []string{"nats: not connected", "process: shutting down"}},
+		}, http.StatusServiceUnavailable, []string{"nats: not connected"}, nil},
+		{"all pass", func() { nats.Store(true) }, http.StatusOK, []string{"ready"}, []string{"note:"}},
+		{"notes", func() {
+			ready.Note("capture", func() string { return "pin goes with the agent" })
+			ready.Note("quiet", func() string { return "" })
+		}, http.StatusOK, []string{"ready\nnote: capture: pin goes with the agent\n"}, []string{"quiet"}},
+		{"shutdown", func() { stopping.Store(true) }, http.StatusServiceUnavailable, []string{"process: shutting down", "note: capture: pin goes"}, nil},
+		{"two reasons", func() { nats.Store(false) }, http.StatusServiceUnavailable, []string{"nats: not connected", "process: shutting down"}, nil},
 	}
 	for _, s := range steps {
 		s.before()
@@ -79,6 +85,11 @@ func TestReadyz(t *testing.T) {
 		for _, w := range s.body {
 			if !strings.Contains(body, w) {
 				t.Errorf("%s: /readyz body %q lacks %q", s.name, body, w)
+			}
+		}
+		for _, w := range s.not {
+			if strings.Contains(body, w) {
+				t.Errorf("%s: /readyz body %q has %q", s.name, body, w)
 			}
 		}
 		if code, _ := get(t, base+"/healthz"); code != http.StatusOK {

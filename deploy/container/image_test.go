@@ -465,6 +465,17 @@ func (l *lab) pinReported(c *ctr) {
 	if strings.Contains(c.logs.String(), pinWarning) != !durable {
 		l.t.Errorf("agent log (bpffs mounted: %v): want %q only without the host's bpffs:\n%s", durable, pinWarning, c.logs)
 	}
+	l.t.Logf("agent /readyz: %q; log: %s", ready, lineWith(c.logs.String(), "pin_dir"))
+}
+
+// lineWith is the first line of s containing sub, or "".
+func lineWith(s, sub string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			return line
+		}
+	}
+	return ""
 }
 
 // get returns the body of the agent's metrics endpoint at path.
@@ -747,6 +758,7 @@ func leastPrivilege(t *testing.T, image string) {
 			if !strings.Contains(c.logs.String(), tc.want) {
 				t.Errorf("agent %s: the error does not say %q:\n%s", tc.name, tc.want, c.logs)
 			}
+			t.Logf("agent %s: %s", tc.name, lineWith(c.logs.String(), "tapflow agent failed"))
 		})
 	}
 }

@@ -60,6 +60,9 @@ var collectorFlags = []string{"--cap-drop", "ALL", "--security-opt", "no-new-pri
 // capabilities, or under podman's unchanged seccomp profile, the agent
 // from the image refuses to start and names the cause.
 func TestImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the image and runs containers (~100 s)")
+	}
 	needTools(t)
 	image := buildImage(t)
 	for _, tc := range []struct {

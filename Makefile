@@ -40,6 +40,17 @@ package: ## Build the Debian package dist/tapflow_<version>_amd64.deb (nfpm; bin
 	TAPFLOW_BIN=$(DIST)/tapflow TAPFLOW_VERSION=$(DEB_VERSION) $(NFPM) package --config deploy/package/nfpm.yaml --packager deb --target $(DIST)/tapflow_$(DEB_VERSION)_amd64.deb
 	@rm -f $(DIST)/tapflow
 
+# One image for the agent and the collector, FROM scratch: the static
+# binary, Debian's CA bundle, passwd/group, the example config. Built with
+# podman (or buildah) without pulling anything (docs/containers.md).
+IMAGE ?= localhost/tapflow:$(VERSION)
+IMAGE_ARCHIVE ?=
+.PHONY: image
+image: ## Build the container image $(IMAGE) (agent and collector; podman/buildah, no registry; as root installs podman). IMAGE_ARCHIVE=f.tar also saves an OCI archive.
+	@mkdir -p $(DIST)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/image/tapflow ./cmd/tapflow
+	IMAGE='$(IMAGE)' TAPFLOW_BIN=$(DIST)/image/tapflow VERSION='$(VERSION)' REVISION='$(REVISION)' IMAGE_ARCHIVE='$(IMAGE_ARCHIVE)' deploy/container/build.sh
+
 deps: ## Install what tests and generate need (Debian packages, as root; idempotent and fast when present).
 	@deploy/scripts/deps.sh
 

@@ -172,3 +172,14 @@ func mountedIn(path string, major, minor uint32) (bool, error) {
 	}
 	return false, sc.Err()
 }
+
+// OnBPFFS reports whether pinDir (or, before it exists, its nearest
+// existing parent) is on a bpf filesystem.
+func OnBPFFS(pinDir string) bool {
+	return fsType(existingAncestor(filepath.Clean(pinDir))) == unix.BPF_FS_MAGIC
+}
+
+// BelowBPFFSRoot reports whether pinDir lies below /sys/fs/bpf.
+func BelowBPFFSRoot(pinDir string) bool {
+	return strings.HasPrefix(filepath.Clean(pinDir), BPFFSRoot+"/")
+}

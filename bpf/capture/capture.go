@@ -253,6 +253,17 @@ func (c *Capture) checkPin() error {
 	}
 	d := bpf.PinDurable(c.cfg.PinDir, mounted)
 	c.durable = d.Durable
+	if !d.Durable && bpf.BelowBPFFSRoot(c.cfg.PinDir) && !bpf.OnBPFFS(c.cfg.PinDir) {
+		// Nowhere to pin: no bpffs at /sys/fs/bpf, and this process may
+		// not mount one (a container with CAP_BPF, CAP_NET_ADMIN and
+		// CAP_PERFMON only, without the host's /sys/fs/bpf). Run as
+		// without pinning, which every stop makes exact
+		// (TestImage/NoBPFFS). A pin_dir elsewhere that is not on bpffs
+		// stays an error (a mistake in the config).
+		c.pinned = false
+		c.spec.PinDir = ""
+		d.Reason += ", and none can be mounted without CAP_SYS_ADMIN: running without pinning"
+	}
 	if !d.Durable {
 		why := fmt.Sprintf("capture.pin_dir %s will not outlive the agent (%s): every stop detaches and exports all flows, and the programs do not count across a restart; bind-mount the host's /sys/fs/bpf or run the agent in the host's mount namespace (docs/operations.md)",
 			c.cfg.PinDir, d.Reason)

@@ -119,7 +119,7 @@ func TestDiskFull(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	// Publish 20 batches of 500 records through the real agent sink.
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-d", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "cmp1", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

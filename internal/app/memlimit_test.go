@@ -134,6 +134,8 @@ collector:
   row_group_rows: %d
   max_message_bytes: 16MiB
   fetch_batch: 8
+  # shipped 5m: the files stay open through the push (the worst case
+  # measured), then commit within the test's wait
   roll_age: 20s
 metrics:
   listen: ""

@@ -12,10 +12,12 @@ import (
 // failpointMarks are strings only the failpoint code puts in a binary.
 var failpointMarks = []string{FailpointEnv, "parquet-after-commit:"}
 
-// TestReleaseBuildHasNoFailpoint: `make build` builds bin/tapflow without
-// the tapflow_failpoints tag, so the binary has no failpoint and cannot
-// read TAPFLOW_FAILPOINT; the same check on a build with the tag finds
-// it (the check can fail). `make package` builds with the same line.
+// TestReleaseBuildHasNoFailpoint: make build and make package build
+// ./cmd/tapflow without build tags, and such a build has no failpoint:
+// it cannot read TAPFLOW_FAILPOINT. The same check on a build with the
+// tapflow_failpoints tag finds it (the check can fail). Both builds use
+// the chaos tests' flags (CGO_ENABLED=0, no -race), so they share their
+// build cache.
 func TestReleaseBuildHasNoFailpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tapflow binary twice")
@@ -24,46 +26,44 @@ func TestReleaseBuildHasNoFailpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// make package: its go build line must carry no tags either.
-	out, err := exec.Command("make", "-C", root, "-n", "package").CombinedOutput()
-	if err != nil {
-		t.Fatalf("make -n package: %v\n%s", err, out)
-	}
-	var builds int
-	for l := range strings.Lines(string(out)) {
-		if strings.Contains(l, " build ") && strings.Contains(l, "./cmd/tapflow") {
-			builds++
-			if strings.Contains(l, "-tags") || strings.Contains(l, "tapflow_failpoints") {
-				t.Errorf("make package builds with tags: %s", l)
+	for _, target := range []string{"build", "package"} {
+		out, err := exec.Command("make", "-C", root, "-n", target).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %s: %v\n%s", target, err, out)
+		}
+		var builds int
+		for l := range strings.Lines(string(out)) {
+			if strings.Contains(l, " build ") && strings.Contains(l, "./cmd/tapflow") {
+				builds++
+				if strings.Contains(l, "-tags") || strings.Contains(l, "tapflow_failpoints") {
+					t.Errorf("make %s builds with tags: %s", target, l)
+				}
 			}
 		}
-	}
-	if builds != 1 {
-		t.Errorf("make -n package shows %d go builds of ./cmd/tapflow, want 1:\n%s", builds, out)
+		if builds != 1 {
+			t.Errorf("make -n %s shows %d go builds of ./cmd/tapflow, want 1:\n%s", target, builds, out)
+		}
 	}
 
 	dir := t.TempDir()
-	release := filepath.Join(dir, "release")
-	if out, err := exec.Command("make", "-C", root, "build", "BIN="+release).CombinedOutput(); err != nil {
-		t.Fatalf("make build: %v\n%s", err, out)
-	}
-	tagged := filepath.Join(dir, "tagged")
-	cmd := exec.Command("go", "build", "-tags", "tapflow_failpoints", "-o", tagged, "./cmd/tapflow")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags tapflow_failpoints: %v\n%s", err, out)
-	}
 	for _, c := range []struct {
-		bin  string
+		name string
+		tags []string
 		want bool
-	}{{release, false}, {tagged, true}} {
-		b, err := os.ReadFile(c.bin)
+	}{{"release", nil, false}, {"tagged", []string{"-tags", "tapflow_failpoints"}, true}} {
+		bin := filepath.Join(dir, c.name)
+		cmd := exec.Command("go", append(append([]string{"build"}, c.tags...), "-o", bin, "./cmd/tapflow")...)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %v: %v\n%s", c.tags, err, out)
+		}
+		b, err := os.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range failpointMarks {
 			if got := bytes.Contains(b, []byte(m)); got != c.want {
-				t.Errorf("%s: contains %q = %v, want %v", filepath.Base(c.bin), m, got, c.want)
+				t.Errorf("%s build: contains %q = %v, want %v", c.name, m, got, c.want)
 			}
 		}
 	}

@@ -34,10 +34,10 @@ func runCLI(args ...string) (int, string, string) {
 }
 
 // publishFlows sends one batch of n records with time_end te through the
-// real agent publisher (agent "agent-a" on node "cmp1").
+// real agent publisher (agent "cmp1" on node "cmp1": agent.id defaults to the node).
 func publishFlows(t *testing.T, s *transporttest.Server, state string, n int, te time.Time) {
 	t.Helper()
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: state, NATS: transport.DefaultConfig(), Logger: quietLog})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "cmp1", Node: "cmp1", StateDir: state, NATS: transport.DefaultConfig(), Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestDLQInspectReplay(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &l); err != nil || strings.Count(out, "\n") != 1 {
 		t.Fatalf("inspect json: %v: %q", err, out)
 	}
-	if l.Reason != consume.ReasonTime || l.Records != 40 || l.MsgID == "" || !strings.HasPrefix(l.MsgID, "agent-a-") ||
+	if l.Reason != consume.ReasonTime || l.Records != 40 || l.MsgID == "" || !strings.HasPrefix(l.MsgID, "cmp1-") ||
 		l.OrigSubject != transport.FlowsSubject("cmp1") || !strings.Contains(l.Error, "max_clock_skew") {
 		t.Fatalf("dead letter %+v", l)
 	}

@@ -26,8 +26,13 @@ const tapLong = `Print flow.v1 records live, as agents publish them to NATS (TAP
 tap reads through an ordered ephemeral consumer that starts at new messages
 (DeliverNew) and acks nothing: it never takes a message from the collector,
 and holds one in the stream only until it was sent to tap. tap deletes it
-at exit (the server does within 10s if tap is killed). A record shows within a second of its batch's publish; the agent
-publishes a batch when it is full or agent.batch_timeout passed.
+at exit (the server does within 10s if tap is killed). A record shows within
+a second of its batch's publish. With source ebpf a flow is published when
+the capture exports it: a long-lived flow at least every
+capture.active_timeout, an idle one capture.idle_timeout after its last
+packet (looked for every capture.sweep_interval). With source synthetic a
+batch is published when it holds synthetic.batch_records or its first
+record is synthetic.batch_max_age old.
 
 Filters combine (AND): --node reads only that node's subject
 (tapflow.flows.v1.<node>); --tenant matches tenant_id, --zone zone, --port

@@ -84,6 +84,8 @@ func TestChaosClusterR3(t *testing.T) {
 	cl := startCluster(t, filepath.Join(dir, "cluster"))
 	t.Logf("cluster of 3 healthy in %s: %s", time.Since(start).Round(time.Millisecond), cl.URLs())
 
+	// replicas 3: the test's subject. publish_timeout 2s (shipped 10s): a
+	// publish to a killed leader fails over to the spool sooner.
 	natsYAML := fmt.Sprintf("nats:\n  url: %s\n  replicas: 3\n  publish_timeout: 2s\n", cl.URLs())
 	newProc := func(name, yaml string, args ...string) *chaos.Process {
 		t.Helper()
@@ -108,6 +110,8 @@ func TestChaosClusterR3(t *testing.T) {
 data_dir: %s
 %scollector:
   output: %s
+  # shipped roll_age 5m, ack_wait roll_age + 2m, nak_delay 5s: a SIGKILLed
+  # collector's messages come back after ack_wait, which the test waits for
   roll_age: 1s
   ack_wait: 12s
   nak_delay: 200ms
@@ -124,7 +128,7 @@ log:
 source: synthetic
 data_dir: %s
 %sagent:
-  id: chaos-%s
+  # shipped 30s: the final graceful stop replays what the kills spooled
   shutdown_timeout: 90s
 synthetic:
   seed: %d
@@ -140,7 +144,7 @@ metrics:
 log:
   format: json
   level: debug
-`, name, filepath.Join(dir, name), natsYAML, name, k+1), "agent")
+`, name, filepath.Join(dir, name), natsYAML, k+1), "agent")
 	}
 	procs := append(append([]*chaos.Process{}, colls...), agents...)
 	logs := func() string {

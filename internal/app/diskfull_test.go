@@ -99,6 +99,9 @@ func TestDiskFull(t *testing.T) {
 	cfg := config.Default()
 	cfg.Node, cfg.DataDir = "diskfull", t.TempDir()
 	cfg.Collector.Parquet.Output = out
+	// The test is about failed commits and their retries: commits every
+	// 1s (shipped roll_age 5m; ack_wait follows it) and retries after
+	// 200ms (shipped nak_delay 5s) so the disk-full episode fits the test.
 	cfg.Collector.Parquet.RollAge = units.Duration(time.Second)
 	cfg.Collector.Consumer.AckWait = units.Duration(12 * time.Second)
 	cfg.Collector.Consumer.NakDelay = units.Duration(200 * time.Millisecond)
@@ -119,7 +122,7 @@ func TestDiskFull(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	// Publish 20 batches of 500 records through the real agent sink.
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-d", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "cmp1", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,10 +47,12 @@ func testConfig(t *testing.T, dir string) config.Config {
 	cfg.Synthetic.FlowsPerSecond, cfg.Synthetic.RecordsPerSecond = 500, 20000
 	cfg.Synthetic.BatchRecords = 2000
 	cfg.Synthetic.BatchMaxAge = units.Duration(200 * time.Millisecond)
+	// Deviate from the shipped roll_age 5m / ack_wait (roll_age + 2m):
+	// these tests read Parquet while the collector runs and wait for
+	// JetStream's redelivery after a crash; at the shipped values each
+	// wait would be minutes. ack_wait must exceed roll_age + 10s.
 	cfg.Collector.Parquet.RollAge = units.Duration(time.Second)
 	cfg.Collector.Consumer.AckWait = units.Duration(12 * time.Second)
-	cfg.Collector.Consumer.NakDelay = units.Duration(200 * time.Millisecond)
-	cfg.Agent.ShutdownTimeout = units.Duration(20 * time.Second)
 	cfg.Resolve()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

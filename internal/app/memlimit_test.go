@@ -134,6 +134,8 @@ collector:
   row_group_rows: %d
   max_message_bytes: 16MiB
   fetch_batch: 8
+  # shipped 5m: the files stay open through the push (the worst case
+  # measured), then commit within the test's wait
   roll_age: 20s
 metrics:
   listen: ""
@@ -219,7 +221,7 @@ log:
 	// box). The body is exactly what the collector decodes to.
 	const sentinel = int64(0x7a5e_1f00_dead_0001)
 	for i := range base {
-		base[i].Node, base[i].AgentID, base[i].BatchSeq, base[i].RecordIndex = node, "agent-mem", sentinel, int32(i)
+		base[i].Node, base[i].AgentID, base[i].BatchSeq, base[i].RecordIndex = node, node, sentinel, int32(i)
 	}
 	plain, err := schemas.NewEncoder(schemas.CodecNone)
 	if err != nil {
@@ -251,7 +253,7 @@ log:
 			binary.LittleEndian.PutUint64(body[off:], uint64(seq))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err = jsc.PublishMsg(ctx, &nats.Msg{Subject: transport.FlowsSubject(node), Data: body}, jetstream.WithMsgID(fmt.Sprintf("agent-mem-%d", seq)))
+		_, err = jsc.PublishMsg(ctx, &nats.Msg{Subject: transport.FlowsSubject(node), Data: body}, jetstream.WithMsgID(fmt.Sprintf("%s-%d", node, seq)))
 		cancel()
 		if err != nil {
 			t.Fatalf("publish %d: %v", seq, err)

@@ -69,7 +69,7 @@ func TestAgentStartsDuringOutage(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.NATS.URL = "nats://" + addr
-	cfg.NATS.PublishTimeout = units.Duration(2 * time.Second)
+	cfg.NATS.PublishTimeout = units.Duration(2 * time.Second) // the test is about the outage: a publish fails (and spools) in 2s
 	cfg.Metrics.Listen = ""
 	// A graceful stop publishes every batch still queued in the pipeline;
 	// on a loaded CI box (-race, the lab and OpenStack phases beside it)

@@ -63,9 +63,10 @@ func (f *fleet) config(t *testing.T, node string, edit func(*config.Config)) con
 	cfg.Synthetic.FlowsPerSecond, cfg.Synthetic.RecordsPerSecond = 100, 2000
 	cfg.Synthetic.BatchRecords = 500
 	cfg.Synthetic.BatchMaxAge = units.Duration(200 * time.Millisecond)
+	// roll_age 1s (shipped 5m; ack_wait follows it): the tests wait for
+	// rows in Parquet while the collector runs.
 	cfg.Collector.Parquet.RollAge = units.Duration(time.Second)
 	cfg.Collector.Consumer.AckWait = units.Duration(12 * time.Second)
-	cfg.Agent.ShutdownTimeout = units.Duration(20 * time.Second)
 	cfg.Metrics.Listen = ""
 	edit(&cfg)
 	cfg.Resolve()
@@ -174,8 +175,7 @@ func TestSecureFleet(t *testing.T) {
 	url := srv.ClientURL()
 
 	col := f.config(t, "col", func(c *config.Config) {
-		f.client(t, c, url, "collector")
-		c.Collector.Consumer.AgentIDIsNode = true
+		f.client(t, c, url, "collector") // agent_id_is_node: the default
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

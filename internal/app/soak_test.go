@@ -101,6 +101,7 @@ func (g *meterGen) Run(ctx context.Context, out chan<- *pipeline.BatchOf[schemas
 func soakConfig(t *testing.T, dir string) config.Config {
 	cfg := testConfig(t, dir)
 	cfg.NATS.Codec = "none" // large messages: bytes through grow fast
+	// The test is about a full stream backlog: streams of soakMaxBytes.
 	cfg.NATS.StreamMaxBytes, cfg.NATS.MetersStreamMaxBytes = soakMaxBytes, soakMaxBytes
 	cfg.Synthetic.RecordsPerSecond = 8000
 	return cfg

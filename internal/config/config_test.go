@@ -36,6 +36,7 @@ func TestErrorsNameFieldAndFix(t *testing.T) {
 			`source: "tape": unknown source; use synthetic or ebpf`, `nats.codec: "gzip"`, `log.level: "loud"`,
 		}},
 		{"bad node", "node: a.b\n", []string{`node: "a.b": not usable in a NATS subject`}},
+		{"agent id not the node", "node: a\nagent:\n  id: b\n", []string{`agent.id: "b" is not the node "a"`, "collector.agent_id_is_node: false"}},
 		{"ack wait too short", "node: a\ncollector:\n  roll_age: 5m\n  ack_wait: 1m\n", []string{"collector.ack_wait:"}},
 		{"ebpf needs inventory", "node: a\nsource: ebpf\n", []string{"inventory.file: empty with source: ebpf"}},
 		{"missing inventory file", "node: a\ninventory:\n  file: /nonexistent/inv.yaml\n", []string{"inventory.file:"}},
@@ -62,6 +63,16 @@ func TestErrorsNameFieldAndFix(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAgentIDOtherThanNode: an agent.id of its own is accepted only with
+// collector.agent_id_is_node off; left unset it is the node.
+func TestAgentIDOtherThanNode(t *testing.T) {
+	for _, y := range []string{"node: a\n", "node: a\nagent:\n  id: a\n", "node: a\nagent:\n  id: b\ncollector:\n  agent_id_is_node: false\n"} {
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
 	}
 }
 

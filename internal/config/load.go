@@ -222,6 +222,11 @@ func (c Config) Validate() error {
 	}
 	if !nameRE.MatchString(c.Agent.ID) {
 		e.Add("agent.id", fmt.Sprintf("%q: not usable in a message id", c.Agent.ID), "use letters, digits, - and _")
+	} else if c.Agent.ID != c.Node && c.Collector.Consumer.AgentIDIsNode {
+		// Caught here so `tapflow validate` with a new binary finds it
+		// before an upgrade (docs/upgrade.md), not the DLQ after it.
+		e.Add("agent.id", fmt.Sprintf("%q is not the node %q: collectors dead-letter its batches (collector.agent_id_is_node, on by default)", c.Agent.ID, c.Node),
+			"remove agent.id (it defaults to the node), or set collector.agent_id_is_node: false here and on every collector (docs/upgrade.md)")
 	}
 	if c.DataDir == "" {
 		e.Add("data_dir", "empty", "set a directory, e.g. /var/lib/tapflow")

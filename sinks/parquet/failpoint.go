@@ -1,33 +1,14 @@
 package parquet
 
-import (
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
-)
-
 // FailpointEnv names the environment variable of the sink's one fault
 // injection point, for crash tests of the real binary:
 // TAPFLOW_FAILPOINT=parquet-after-commit:N makes the process SIGKILL itself
 // right after its N-th commit (files renamed and fsynced), before any of
 // the commit's batches is acked — the instant a redelivery of committed
-// data is certain. Unset in production.
+// data is certain.
+//
+// It is compiled in only with the build tag tapflow_failpoints
+// (failpoint_on.go; the chaos tests build their binary with it). Release
+// builds (make build, make package) have the no-op of failpoint_off.go and
+// ignore the variable: the name is kept here so tests compile either way.
 const FailpointEnv = "TAPFLOW_FAILPOINT"
-
-func failpointAfterCommit() int {
-	v, ok := strings.CutPrefix(os.Getenv(FailpointEnv), "parquet-after-commit:")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0
-	}
-	return n
-}
-
-func crashNow() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // never returns: the signal ends the process
-}

@@ -81,10 +81,7 @@ func (s *Sink[T]) roll(reason string) {
 		}
 	}
 	s.commits++
-	if s.crashAt > 0 && s.commits >= s.crashAt {
-		s.log.Warn("failpoint: killing the process after a commit, before its acks", "failpoint", FailpointEnv, "commits", s.commits)
-		crashNow() // failpoint: files committed, batches not acked
-	}
+	failpointCommitted(s.log, s.crashAt, s.commits) // test builds only: files committed, batches not acked
 	batches, _ := s.acks.Len()
 	s.acks.Ack(nil)
 	s.log.Info("committed parquet files", "reason", reason, "files", len(files), "rows", rows, "bytes", bytes,

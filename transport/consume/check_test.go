@@ -1,6 +1,7 @@
 package consume_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,34 +129,53 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
-// TestCheckAgentIDIsNode: with collector.agent_id_is_node, a message
-// whose records' agent_id is not its subject's node is an identity
-// failure, even when everything else is consistent (an agent claiming
-// another agent's batch on its own subject).
+// TestCheckAgentIDIsNode: every combination of the subject's node, the
+// records' node column and their agent_id. A record whose node is not the
+// subject's is an identity failure always; with collector.agent_id_is_node
+// (the default) so is an agent_id that is not the subject's node — an
+// agent claiming another agent's batch on its own subject, which would
+// make the sink's ledger skip the real batch.
 func TestCheckAgentIDIsNode(t *testing.T) {
-	lim := consume.Limits{MaxRecords: 100, MaxRecordAge: 7 * 24 * time.Hour, MaxClockSkew: time.Hour, AgentIDIsNode: true}
-	own := func(agent string) []schemas.Flow {
+	if !consume.DefaultConfig().AgentIDIsNode {
+		t.Fatal("collector.agent_id_is_node is off by default")
+	}
+	const subject = "tapflow.flows.v1.cmp1"
+	recs := func(node, agent string) []schemas.Flow {
 		r := batch(3)
 		for i := range r {
-			r[i].AgentID = agent
+			r[i].Node, r[i].AgentID = node, agent
 		}
 		return r
 	}
 	for _, c := range []struct {
-		name, agent, reason string
+		name, node, agent string
+		// errOn / errOff: what the rejection names with the check on
+		// (default) and off; "" = accepted.
+		errOn, errOff string
 	}{
-		{"agent_id is the node", "cmp1", ""},
-		{"agent_id of another node", "cmp2", consume.ReasonIdentity},
-		{"custom agent_id", "agent-a", consume.ReasonIdentity},
+		{"agent_id = node = subject node", "cmp1", "cmp1", "", ""},
+		{"agent_id another node's, node the subject's", "cmp1", "cmp2", "agent_id_is_node", ""},
+		{"custom agent_id, node the subject's", "cmp1", "agent-a", "agent_id_is_node", ""},
+		{"node another's, agent_id the subject's", "cmp2", "cmp1", `has node "cmp2"`, `has node "cmp2"`},
+		{"node and agent_id another node's (agent_id = node)", "cmp2", "cmp2", `has node "cmp2"`, `has node "cmp2"`},
+		{"node another's, custom agent_id", "cmp2", "agent-a", `has node "cmp2"`, `has node "cmp2"`},
+		{"agent_id, node and subject all differ", "cmp2", "cmp3", `has node "cmp2"`, `has node "cmp2"`},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			rej := consume.Check(own(c.agent), flowIdentity, "tapflow.flows.v1.cmp1", c.agent+"-7", checkNow, lim)
-			switch {
-			case c.reason == "" && rej != nil:
-				t.Fatalf("rejected: %v", rej)
-			case c.reason != "" && (rej == nil || rej.Reason != c.reason || !strings.Contains(rej.Error(), "agent_id_is_node")):
-				t.Fatalf("got %v, want %s naming agent_id_is_node", rej, c.reason)
+		for _, on := range []bool{true, false} {
+			want := c.errOff
+			if on {
+				want = c.errOn
 			}
-		})
+			t.Run(fmt.Sprintf("%s/agent_id_is_node=%v", c.name, on), func(t *testing.T) {
+				lim := consume.Limits{MaxRecords: 100, MaxRecordAge: 7 * 24 * time.Hour, MaxClockSkew: time.Hour, AgentIDIsNode: on}
+				rej := consume.Check(recs(c.node, c.agent), flowIdentity, subject, c.agent+"-7", checkNow, lim)
+				switch {
+				case want == "" && rej != nil:
+					t.Fatalf("rejected: %v", rej)
+				case want != "" && (rej == nil || rej.Reason != consume.ReasonIdentity || !strings.Contains(rej.Error(), want)):
+					t.Fatalf("got %v, want reason identity naming %q", rej, want)
+				}
+			})
+		}
 	}
 }

@@ -65,7 +65,10 @@ type Config struct {
 	// AgentIDIsNode rejects (reason identity) a message whose records'
 	// agent_id is not the subject's node: with per-node publish
 	// permissions, no agent can then claim another agent's batches
-	// (docs/security.md). Needs agent.id left at its default (the node).
+	// (docs/security.md). Default true: without it, a credentialed agent
+	// can burn another agent's (agent_id, batch_seq) and the sink's
+	// batch ledger skips the real batch. Needs agent.id left at its
+	// default (the node); false only for a fleet that sets agent.id.
 	AgentIDIsNode bool `yaml:"agent_id_is_node"`
 }
 
@@ -86,7 +89,8 @@ const (
 func DefaultConfig() Config {
 	return Config{Durable: transport.DefaultDurable, MaxAckPending: transport.DefaultMaxAckPending, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
 		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
-		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew)}
+		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew),
+		AgentIDIsNode: true}
 }
 
 // withDefaults fills limits left zero by a caller that built Config by

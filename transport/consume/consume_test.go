@@ -25,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // publishBatches sends batches of the given sizes through the real agent sink.
 func publishBatches(t *testing.T, s *transporttest.Server, sizes []int) {
 	t.Helper()
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "cmp1", Node: "cmp1", StateDir: t.TempDir(), NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestPublishConsumeExactCounts(t *testing.T) {
 			for _, r := range got {
 				bytes += r.Bytes
 				k := [2]int64{r.BatchSeq, int64(r.RecordIndex)}
-				if seen[k] || r.AgentID != "agent-a" {
+				if seen[k] || r.AgentID != "cmp1" {
 					t.Fatalf("duplicate or unstamped record %+v", k)
 				}
 				seen[k] = true
@@ -169,7 +169,7 @@ func TestRepublishSameSeqIsDeduplicated(t *testing.T) {
 	body, _ := enc.Encode(nil, make([]schemas.Flow, 10))
 	for range 3 {
 		msg := &nats.Msg{Subject: transport.FlowsSubject("cmp1"), Data: body}
-		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("agent-a-42")); err != nil {
+		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("cmp1-42")); err != nil {
 			t.Fatal(err)
 		}
 	}

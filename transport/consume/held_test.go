@@ -45,7 +45,7 @@ func TestHeldMessagePayloadIsReleased(t *testing.T) {
 	}
 	ncfg := transport.DefaultConfig()
 	ncfg.Codec = "none"
-	pub, err := publish.New(s.JS, publish.Options{AgentID: "agent-a", Node: "cmp1", StateDir: t.TempDir(), NATS: ncfg, Logger: quiet})
+	pub, err := publish.New(s.JS, publish.Options{AgentID: "cmp1", Node: "cmp1", StateDir: t.TempDir(), NATS: ncfg, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

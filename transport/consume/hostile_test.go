@@ -22,12 +22,12 @@ import (
 	"github.com/tapflow/tapflow/transport/consume"
 )
 
-// stamped returns n flow records as agent agent-x on node stamps batch seq,
+// stamped returns n flow records as the agent of node (agent_id = node) stamps batch seq,
 // all with time_end te.
 func stamped(n int, node string, seq int64, te time.Time) []schemas.Flow {
 	recs := make([]schemas.Flow, n)
 	for i := range recs {
-		recs[i] = schemas.Flow{Node: node, AgentID: "agent-x", BatchSeq: seq, RecordIndex: int32(i), TimeEnd: te.UnixMicro(), Bytes: 1, Packets: 1}
+		recs[i] = schemas.Flow{Node: node, AgentID: node, BatchSeq: seq, RecordIndex: int32(i), TimeEnd: te.UnixMicro(), Bytes: 1, Packets: 1}
 	}
 	return recs
 }
@@ -79,35 +79,42 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 		reason string
 	}
 	good := func(n int, seq int64) hostile {
-		return hostile{"good", "cmp1", "agent-x-" + strconv.FormatInt(seq, 10), encodeFlows(t, stamped(n, "cmp1", seq, now)), ""}
+		return hostile{"good", "cmp1", "cmp1-" + strconv.FormatInt(seq, 10), encodeFlows(t, stamped(n, "cmp1", seq, now)), ""}
+	}
+	// Agent cmp1 claims agent cmp2's batch on its own subject
+	// (collector.agent_id_is_node, on by default).
+	otherAgent := stamped(10, "cmp1", 20, now)
+	for i := range otherAgent {
+		otherAgent[i].AgentID = "cmp2"
 	}
 	withDupIndex := stamped(10, "cmp1", 6, now)
 	withDupIndex[9].RecordIndex = 0
 	cases := []hostile{
 		good(100, 1),
-		{"garbage", "cmp1", "agent-x-2", []byte("definitely not arrow"), consume.ReasonDecode},
-		{"records of another node", "cmp1", "agent-x-3", encodeFlows(t, stamped(10, "cmp2", 3, now)), consume.ReasonIdentity},
-		{"message id of another batch", "cmp1", "agent-x-99", encodeFlows(t, stamped(10, "cmp1", 4, now)), consume.ReasonIdentity},
+		{"garbage", "cmp1", "cmp1-2", []byte("definitely not arrow"), consume.ReasonDecode},
+		{"records of another node", "cmp1", "cmp2-3", encodeFlows(t, stamped(10, "cmp2", 3, now)), consume.ReasonIdentity},
+		{"message id of another batch", "cmp1", "cmp1-99", encodeFlows(t, stamped(10, "cmp1", 4, now)), consume.ReasonIdentity},
 		{"no message id", "cmp1", "", encodeFlows(t, stamped(10, "cmp1", 5, now)), consume.ReasonIdentity},
-		{"duplicate record_index", "cmp1", "agent-x-6", encodeFlows(t, withDupIndex), consume.ReasonIdentity},
+		{"agent_id of another node", "cmp1", "cmp2-20", encodeFlows(t, otherAgent), consume.ReasonIdentity},
+		{"duplicate record_index", "cmp1", "cmp1-6", encodeFlows(t, withDupIndex), consume.ReasonIdentity},
 		good(200, 7),
-		{"clock 2h ahead", "cmp1", "agent-x-8", encodeFlows(t, stamped(10, "cmp1", 8, now.Add(2*time.Hour))), consume.ReasonTime},
-		{"8 days old", "cmp1", "agent-x-9", encodeFlows(t, stamped(10, "cmp1", 9, now.Add(-8*24*time.Hour))), consume.ReasonTime},
-		{"year -144169", "cmp1", "agent-x-10", encodeFlows(t, stamped(10, "cmp1", 10, time.UnixMicro(-4611686018427387904))), consume.ReasonTime},
-		{"more than max_batch_records", "cmp1", "agent-x-11", encodeFlows(t, stamped(501, "cmp1", 11, now)), consume.ReasonSize},
-		{"zstd bomb: 100k empty rows in a few KB", "cmp1", "agent-x-12", encodeFlows(t, make([]schemas.Flow, 100_000)), consume.ReasonSize},
+		{"clock 2h ahead", "cmp1", "cmp1-8", encodeFlows(t, stamped(10, "cmp1", 8, now.Add(2*time.Hour))), consume.ReasonTime},
+		{"8 days old", "cmp1", "cmp1-9", encodeFlows(t, stamped(10, "cmp1", 9, now.Add(-8*24*time.Hour))), consume.ReasonTime},
+		{"year -144169", "cmp1", "cmp1-10", encodeFlows(t, stamped(10, "cmp1", 10, time.UnixMicro(-4611686018427387904))), consume.ReasonTime},
+		{"more than max_batch_records", "cmp1", "cmp1-11", encodeFlows(t, stamped(501, "cmp1", 11, now)), consume.ReasonSize},
+		{"zstd bomb: 100k empty rows in a few KB", "cmp1", "cmp1-12", encodeFlows(t, make([]schemas.Flow, 100_000)), consume.ReasonSize},
 		good(300, 13),
-		{"dictionary index out of range", "cmp1", "agent-x-14", craft(t, stamped(10, "cmp1", 14, now), "zone",
+		{"dictionary index out of range", "cmp1", "cmp1-14", craft(t, stamped(10, "cmp1", 14, now), "zone",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, 7, 2), wirecraft.Strings("same_tenant", "external"))), consume.ReasonDecode},
-		{"dictionary of int64 values", "cmp1", "agent-x-15", craft(t, stamped(10, "cmp1", 15, now), "tenant_id",
+		{"dictionary of int64 values", "cmp1", "cmp1-15", craft(t, stamped(10, "cmp1", 15, now), "tenant_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Int64s(1, 2))), consume.ReasonDecode},
-		{"dictionary of 4107 entries for 10 rows", "cmp1", "agent-x-16", craft(t, stamped(10, "cmp1", 16, now), "port_id",
+		{"dictionary of 4107 entries for 10 rows", "cmp1", "cmp1-16", craft(t, stamped(10, "cmp1", 16, now), "port_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.NStrings(10+4097))), consume.ReasonDecode},
-		{"dictionary of 2 MiB", "cmp1", "agent-x-17", craft(t, stamped(10, "cmp1", 17, now), "server_id",
+		{"dictionary of 2 MiB", "cmp1", "cmp1-17", craft(t, stamped(10, "cmp1", 17, now), "server_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20)))), consume.ReasonSize},
-		{"dictionary bomb: 2 MiB in a few KB of lz4", "cmp1", "agent-x-19", craft(t, stamped(10, "cmp1", 19, now), "server_id",
+		{"dictionary bomb: 2 MiB in a few KB of lz4", "cmp1", "cmp1-19", craft(t, stamped(10, "cmp1", 19, now), "server_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20))), ipc.WithLZ4()), consume.ReasonSize},
-		{"good, plain utf8 (agent before wire dictionaries)", "cmp1", "agent-x-18", encodePlain(t, stamped(50, "cmp1", 18, now)), ""},
+		{"good, plain utf8 (agent before wire dictionaries)", "cmp1", "cmp1-18", encodePlain(t, stamped(50, "cmp1", 18, now)), ""},
 	}
 	want := map[string]int{}
 	wantRecords := 0

@@ -24,7 +24,7 @@ import (
 // agent meter publisher; record j of batch i has bytes 100*(first+i)+j.
 func publishMeters(t *testing.T, s *transporttest.Server, stateDir string, first int, sizes []int) {
 	t.Helper()
-	pub, err := publish.NewMeters(s.JS, publish.MeterOptions{AgentID: "agent-a", Node: "cmp1", StateDir: stateDir, NATS: transport.DefaultConfig(), Logger: quiet})
+	pub, err := publish.NewMeters(s.JS, publish.MeterOptions{AgentID: "cmp1", Node: "cmp1", StateDir: stateDir, NATS: transport.DefaultConfig(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestMeters(t *testing.T) {
 			for _, r := range got {
 				bytes += r.Bytes
 				k := [2]int64{r.BatchSeq, int64(r.RecordIndex)}
-				if seen[k] || r.AgentID != "agent-a" || r.Node != "cmp1" {
+				if seen[k] || r.AgentID != "cmp1" || r.Node != "cmp1" {
 					t.Fatalf("duplicate or unstamped meter record %+v", r)
 				}
 				seen[k] = true

@@ -47,7 +47,7 @@ func TestRowsSourceExactCounts(t *testing.T) {
 				case b := <-out:
 					for _, r := range b.Records {
 						k := [2]int64{r.BatchSeq(), int64(r.RecordIndex())}
-						if seen[k] || r.AgentID() != "agent-a" || r.Node() != "cmp1" {
+						if seen[k] || r.AgentID() != "cmp1" || r.Node() != "cmp1" {
 							t.Fatalf("duplicate or unstamped row %v agent %q node %q", k, r.AgentID(), r.Node())
 						}
 						seen[k] = true

@@ -31,7 +31,7 @@ func TestOldFormatMessagesDecodeAfterUpgrade(t *testing.T) {
 		seq := int64(1000 + i)
 		recs := make([]schemas.Flow, 500)
 		for j := range recs {
-			recs[j] = schemas.Flow{Node: "cmp1", AgentID: "agent-old", BatchSeq: seq, RecordIndex: int32(j), TenantID: "t1",
+			recs[j] = schemas.Flow{Node: "cmp0", AgentID: "cmp0", BatchSeq: seq, RecordIndex: int32(j), TenantID: "t1",
 				Direction: "tx", Bytes: int64(j + 1), Packets: 1, TimeEnd: time.Now().UnixMicro()}
 			wantBytes += int64(j + 1)
 		}
@@ -39,8 +39,8 @@ func TestOldFormatMessagesDecodeAfterUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := &nats.Msg{Subject: transport.FlowsSubject("cmp1"), Data: zenc.EncodeAll(ipc, nil), Header: nats.Header{}}
-		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("agent-old-"+strconv.FormatInt(seq, 10))); err != nil {
+		msg := &nats.Msg{Subject: transport.FlowsSubject("cmp0"), Data: zenc.EncodeAll(ipc, nil), Header: nats.Header{}}
+		if _, err := s.JS.PublishMsg(context.Background(), msg, js.WithMsgID("cmp0-"+strconv.FormatInt(seq, 10))); err != nil {
 			t.Fatal(err)
 		}
 		want += len(recs)
@@ -59,7 +59,7 @@ func TestOldFormatMessagesDecodeAfterUpgrade(t *testing.T) {
 	old := 0
 	for _, r := range got {
 		bytes += r.Bytes
-		if r.AgentID == "agent-old" {
+		if r.AgentID == "cmp0" {
 			old++
 		}
 	}

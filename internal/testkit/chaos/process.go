@@ -150,11 +150,16 @@ func BuildTapflow(repoRoot, dir string) (string, error) {
 	return filepath.Join(dir, "tapflow"), nil
 }
 
+// FailpointsTag is the build tag that compiles in the test-only fault
+// injection points (sinks/parquet.FailpointEnv); release builds lack it.
+const FailpointsTag = "tapflow_failpoints"
+
 // Build builds the main packages pkgs (paths relative to repoRoot, which
 // holds the main go.mod) into dir in one go build (no cgo, no race
-// detector); each binary is named after its package directory.
+// detector, with FailpointsTag: crash tests arm the failpoints); each
+// binary is named after its package directory.
 func Build(repoRoot, dir string, pkgs ...string) error {
-	args := append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)
+	args := append([]string{"build", "-tags", FailpointsTag, "-o", dir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -430,6 +430,11 @@ log:
 		fired += countLog(c.LogPath(), "failpoint: killing the process after a commit")
 	}
 	t.Logf("failpoint crashes between commit and ack: %d (of %d armed starts)", fired, failpoints)
+	if failpoints > 0 && fired == 0 {
+		// A binary built without the tapflow_failpoints tag ignores the
+		// variable: the run would pass without its hardest case.
+		t.Fatalf("%d collector starts armed the failpoint and none fired: was the binary built with -tags tapflow_failpoints?", failpoints)
+	}
 	if fired > 0 && redeliv == 0 {
 		t.Fatalf("%d collector runs crashed between commit and ack, yet the ledger skipped no redelivered piece", fired)
 	}

@@ -6,11 +6,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/tapflow/tapflow/bpf"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -28,9 +28,7 @@ func (d *discard) Meters(_ context.Context, ms []MeterRecord, done func()) error
 // then drain reads, decodes and hands them over. Reports records/s and
 // ns/rec of reader CPU.
 func BenchmarkDrain(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to load eBPF")
-	}
+	prereq.Root(b, "to load eBPF")
 	cfg := DefaultConfig()
 	cfg.PinDir = ""
 	cfg.FlowTableEntries = 1
@@ -88,9 +86,7 @@ func BenchmarkDrain(b *testing.B) {
 // (sweep=idle) is the routine idle sweep of the same table, which exports
 // nothing: what every sweep_interval costs anyway.
 func BenchmarkExportLive(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to load eBPF")
-	}
+	prereq.Root(b, "to load eBPF")
 	for _, n := range []int{1000, 10000, 100000} {
 		for _, live := range []bool{true, false} {
 			name := fmt.Sprintf("flows=%d", n)

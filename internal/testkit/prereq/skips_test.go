@@ -57,24 +57,22 @@ func unaccountedSkips(fset *token.FileSet, f *ast.File) []string {
 	return out
 }
 
-// underShort: one of the enclosing if statements tests testing.Short().
+// underShort: an enclosing if statement's condition is testing.Short()
+// alone (`testing.Short() || notRoot` would hide a prerequisite).
 func underShort(stack []ast.Node) bool {
 	for _, n := range stack {
 		ifs, ok := n.(*ast.IfStmt)
 		if !ok {
 			continue
 		}
-		found := false
-		ast.Inspect(ifs.Cond, func(n ast.Node) bool {
-			if s, ok := n.(*ast.SelectorExpr); ok && s.Sel.Name == "Short" {
-				if x, ok := s.X.(*ast.Ident); ok && x.Name == "testing" {
-					found = true
-				}
+		call, ok := ifs.Cond.(*ast.CallExpr)
+		if !ok || len(call.Args) != 0 {
+			continue
+		}
+		if s, ok := call.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Short" {
+			if x, ok := s.X.(*ast.Ident); ok && x.Name == "testing" {
+				return true
 			}
-			return !found
-		})
-		if found {
-			return true
 		}
 	}
 	return false
@@ -89,7 +87,8 @@ func TestUnaccountedSkips(t *testing.T) {
 		{"skipf and skipnow", `t.Skipf("x %d", 1); t.SkipNow()`, 2},
 		{"benchmark skip", `b.Skip("needs root")`, 1},
 		{"short", `if testing.Short() { t.Skip("-short") }`, 0},
-		{"short and more", `if testing.Short() || x { t.Skip("-short") }`, 0},
+		{"short or a prerequisite", `if testing.Short() || os.Geteuid() != 0 { t.Skip("-short or not root") }`, 1},
+		{"short, nested", `if testing.Short() { if x { t.Skip("-short: x") } }`, 0},
 		{"marked above", "// deliberate skip: run by make test-openstack\nt.Skip(reason)", 0},
 		{"marked on the line", `t.Skip(reason) // deliberate skip: opt-in`, 0},
 		{"marked two lines above", "// deliberate skip: too far\n\nt.Skip(reason)", 1},

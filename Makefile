@@ -79,8 +79,9 @@ test-openstack-maybe:
 #   useradd -m tapflowtest; cp -r . ~tapflowtest/tapflow; chown -R tapflowtest: ~tapflowtest/tapflow
 #   su tapflowtest -c 'cd ~/tapflow && GOFLAGS=-mod=mod GOPROXY=$(go env GOPROXY) make test-short'
 # (make test runs internal/testkit/prereq's TestShortAsNonRoot, which does
-# this for the eBPF and Parquet packages.)
-test-short: ## Fast tests (-short: no chaos, lab or long runs), -race; as a non-root user the tests needing root, eBPF or missing packages skip, listed at the end (with CI set they fail).
+# this for the eBPF package.) The S3 server the tests run is built first,
+# as make test does, so no test spends its timeout building it.
+test-short: versitygw ## Fast tests (-short: no chaos, lab or long runs), -race; as a non-root user the tests needing root, eBPF or missing packages skip, listed at the end (with CI set they fail).
 	@set -o pipefail; $(GO) test -json -race -short $(TESTFLAGS) ./... | $(TESTSUMMARY)
 
 demo: build ## As root: a mini cloud in namespaces, real traffic captured by eBPF → Parquet → table. Otherwise ~20s of synthetic flows → Parquet → table.

@@ -80,9 +80,10 @@ test-openstack-maybe:
 #   su tapflowtest -c 'cd ~/tapflow && GOFLAGS=-mod=mod GOPROXY=$(go env GOPROXY) make test-short'
 # (make test runs internal/testkit/prereq's TestShortAsNonRoot, which does
 # this for the eBPF package.) The S3 server the tests run is built first,
-# as make test does, so no test spends its timeout building it.
-test-short: versitygw ## Fast tests (-short: no chaos, lab or long runs), -race; as a non-root user the tests needing root, eBPF or missing packages skip, listed at the end (with CI set they fail).
-	@set -o pipefail; $(GO) test -json -race -short $(TESTFLAGS) ./... | $(TESTSUMMARY)
+# as make test does, so no test spends its timeout building it; the
+# package timeout is test-go's (internal/app's stream soak runs in -short).
+test-short: versitygw ## The tests without the long runs (-short: no chaos, lab suite, disk-full or memory-limit runs), -race; as a non-root user the tests needing root, eBPF or missing packages skip, listed at the end (with CI set they fail).
+	@set -o pipefail; $(GO) test -json -race -short -timeout 35m $(TESTFLAGS) ./... | $(TESTSUMMARY)
 
 demo: build ## As root: a mini cloud in namespaces, real traffic captured by eBPF → Parquet → table. Otherwise ~20s of synthetic flows → Parquet → table.
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory deps && deploy/lab/demo.sh $(BIN) $(DEMO_DIR)/lab; \

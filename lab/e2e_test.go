@@ -91,8 +91,9 @@ func self(t *testing.T) lab.Command {
 	return lab.Command{Path: exe, Env: []string{helperEnv + "=1"}}
 }
 
-// requireLab skips unless the suite can run: root, not -short, and the
-// Debian packages (installed here when missing, idempotently).
+// requireLab skips under -short; it needs root and the Debian packages
+// (installed here when missing, idempotently), and fails without them as
+// root or in CI (internal/testkit/prereq).
 func requireLab(t *testing.T) {
 	t.Helper()
 	if testing.Short() {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // TestMountBPFFS runs MountBPFFS in a private mount namespace (unshare
@@ -28,13 +30,8 @@ func TestMountBPFFS(t *testing.T) {
 		mountBPFFSCases(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: it mounts in a private mount namespace (CI runs as root)")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Fatal("unshare is missing: install util-linux")
-	}
+	prereq.Root(t, "it mounts in a private mount namespace")
+	unshare := prereq.Command(t, "unshare", "make deps (deploy/scripts/deps.sh) installs Debian's util-linux package")
 	before := fsType(BPFFSRoot)
 	self, err := os.Executable()
 	if err != nil {

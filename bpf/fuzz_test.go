@@ -4,13 +4,14 @@ package bpf
 
 import (
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // FuzzProgram feeds random and mutated frames through BPF_PROG_TEST_RUN:
@@ -38,9 +39,7 @@ func FuzzProgram(f *testing.F) {
 			return // outside what BPF_PROG_TEST_RUN accepts
 		}
 		if o == nil {
-			if os.Geteuid() != 0 {
-				t.Skip("needs root to load eBPF")
-			}
+			prereq.Root(t, "to load eBPF")
 			var err error
 			if o, err = Load(Spec{FlowEntries: 64, RingBytes: 1 << 16, Interfaces: 2, ActiveTimeout: time.Hour}); err != nil {
 				t.Fatal(err)

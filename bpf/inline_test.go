@@ -11,6 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // kallsyms returns the addresses of the named kernel symbols ("" for
@@ -19,7 +21,7 @@ func kallsyms(t *testing.T, names ...string) map[string]uint64 {
 	t.Helper()
 	f, err := os.Open("/proc/kallsyms")
 	if err != nil {
-		t.Skipf("no /proc/kallsyms: %v", err)
+		prereq.Require(t, "/proc/kallsyms", err, "mount procfs")
 	}
 	defer f.Close()
 	want := map[string]bool{}
@@ -51,7 +53,7 @@ func TestPacketPathInlinesArrayLookups(t *testing.T) {
 	syms := kallsyms(t, "__bpf_call_base", "bpf_map_lookup_elem")
 	base, generic := syms["__bpf_call_base"], syms["bpf_map_lookup_elem"]
 	if base == 0 || generic == 0 {
-		t.Skip("kernel symbol addresses hidden (kptr_restrict)")
+		prereq.Missing(t, "kernel symbol addresses in /proc/kallsyms (hidden by kptr_restrict)", "sysctl kernel.kptr_restrict=1 and run as root")
 	}
 	imm := int64(int32(generic - base))
 	for name, p := range map[string]*ebpf.Program{"tc_ingress": o.Ingress(), "tc_egress": o.Egress()} {
@@ -62,7 +64,7 @@ func TestPacketPathInlinesArrayLookups(t *testing.T) {
 			}
 			insns, err := info.Instructions()
 			if err != nil {
-				t.Skipf("xlated instructions unavailable: %v", err)
+				prereq.Require(t, "the kernel's xlated instructions", err, "run as root (CAP_SYS_ADMIN) with kernel.bpf_stats/bpf_jit settings that expose them")
 			}
 			calls := 0
 			for i, ins := range insns {

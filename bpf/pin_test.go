@@ -9,15 +9,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // privateBPFFS mounts a bpffs instance of the test's own and returns a pin
 // directory below it.
 func privateBPFFS(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount bpffs and load eBPF")
-	}
+	prereq.Root(t, "to mount bpffs and load eBPF")
 	mnt := filepath.Join(t.TempDir(), "bpffs")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)

@@ -3,11 +3,12 @@
 package bpf
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // The capability names of a refused load; the missing-capability branch
@@ -15,9 +16,7 @@ import (
 // without each capability), as a Go test cannot drop capabilities for
 // all its threads.
 func TestPermissionErrorWithAllCaps(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the branch where every capability is held")
-	}
+	prereq.Root(t, "the branch where every capability is held")
 	if miss := MissingCaps(); miss != nil {
 		t.Fatalf("MissingCaps as root = %q, want none", miss)
 	}

@@ -347,7 +347,7 @@ func TestUnregisteredInterface(t *testing.T) {
 // are merged into the entry's.
 func TestCountSpill(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 2×16M packets")
+		t.Skip("-short: runs 2×16M packets")
 	}
 	for _, noCache := range []bool{true, false} {
 		t.Run(map[bool]string{true: "table", false: "cache"}[noCache], func(t *testing.T) { countSpill(t, noCache) })

@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 const loIfindex = 1 // BPF_PROG_TEST_RUN runs skbs on the netns loopback
@@ -20,9 +22,7 @@ const loIfindex = 1 // BPF_PROG_TEST_RUN runs skbs on the netns loopback
 // loadForTest loads fresh objects or skips when the machine cannot.
 func loadForTest(tb testing.TB, s Spec) *Objects {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (CAP_BPF, CAP_NET_ADMIN) to load eBPF programs")
-	}
+	prereq.Root(tb, "CAP_BPF, CAP_NET_ADMIN to load eBPF programs")
 	if s.FlowEntries == 0 {
 		s.FlowEntries = 1024
 	}
@@ -38,7 +38,7 @@ func loadForTest(tb testing.TB, s Spec) *Objects {
 	o, err := Load(s)
 	if err != nil {
 		if errors.Is(err, ebpf.ErrNotSupported) {
-			tb.Skipf("kernel cannot run the capture: %v", err)
+			prereq.Require(tb, "a kernel that can run the capture", err, "a kernel with BTF (CONFIG_DEBUG_INFO_BTF=y) and the eBPF features bpf.CheckKernel names")
 		}
 		tb.Fatalf("Load: %v", err)
 	}

@@ -20,8 +20,9 @@ versitygw: ## Build the S3 server the tests run (versitygw, Apache-2.0) into ~/.
 
 # -mod=mod: compat/go.sum follows the main module's dependencies through
 # the replace directive; a dependency added upstream is recorded here.
+# Through testsummary (TESTSUMMARY, top-level Makefile) as test-go is.
 compat-test: ## DuckDB read-back of collector output and the docs/queries.md cookbook (compat/ module, cgo).
-	@start=$$(date +%s); cd compat && GOFLAGS=-mod=mod $(GO) test -race -count=1 $(TESTFLAGS) ./... && \
+	@start=$$(date +%s); set -o pipefail; (cd compat && GOFLAGS=-mod=mod $(GO) test -json -race -count=1 $(TESTFLAGS) ./...) | $(TESTSUMMARY) && \
 	 echo "compat-test: passed in $$(($$(date +%s) - start))s"
 
 compat-vet: ## go vet the compat module.

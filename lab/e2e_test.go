@@ -22,6 +22,7 @@ import (
 	"github.com/tapflow/tapflow/internal/app"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/lab"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -90,21 +91,20 @@ func self(t *testing.T) lab.Command {
 	return lab.Command{Path: exe, Env: []string{helperEnv + "=1"}}
 }
 
-// requireLab skips unless the suite can run: root, not -short, and the
-// Debian packages (installed here when missing, idempotently).
+// requireLab skips under -short; it needs root and the Debian packages
+// (installed here when missing, idempotently), and fails without them as
+// root or in CI (internal/testkit/prereq).
 func requireLab(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the lab suite needs root, network namespaces and real traffic")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces and attach eBPF (run make test-e2e as root)")
-	}
+	prereq.Root(t, "to create network namespaces and attach eBPF (make test-e2e)")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	if err := lab.InstallPackages(ctx, &out); err != nil {
-		t.Skipf("lab packages unavailable: %v", err)
+		prereq.Require(t, "the lab's Debian packages", err, "make deps (deploy/scripts/deps.sh) installs them; check apt-get update works")
 	}
 }
 

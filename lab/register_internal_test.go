@@ -19,6 +19,8 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/vishvananda/netns"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // TestBind: what OpenStack made replaces the derived ids, MACs and
@@ -139,9 +141,7 @@ func TestRegisterKeystoneDown(t *testing.T) {
 // TestForwardLoopback: a server on the host's 127.0.0.1 answers a client
 // in another namespace through the forwarder (root).
 func TestForwardLoopback(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	prereq.Root(t, "to create a network namespace")
 	ns := "tffwd" + strconv.Itoa(os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)

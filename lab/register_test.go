@@ -36,6 +36,7 @@ func testbedEnv(t *testing.T) map[string]string {
 	scripts, _ := filepath.Abs(filepath.Join("..", "deploy", "openstack-testbed"))
 	if dir == "" {
 		if os.Getenv("TAPFLOW_OPENSTACK") != "1" {
+			// deliberate skip: opt-in, make test-openstack runs it against a testbed it starts.
 			t.Skip("register test: set TAPFLOW_OPENSTACK_STATE to a running deploy/openstack-testbed, or TAPFLOW_OPENSTACK=1 (root) to start one; `make test-openstack` does")
 		}
 		if out, err := exec.Command(filepath.Join(scripts, "install.sh"), "--check").CombinedOutput(); err != nil {

@@ -7,11 +7,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/tapflow/tapflow/bpf"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -29,9 +29,7 @@ func (d *discard) Meters(_ context.Context, ms []MeterRecord, done func()) error
 // then drain reads, decodes and hands them over. Reports records/s and
 // ns/rec of reader CPU.
 func BenchmarkDrain(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to load eBPF")
-	}
+	prereq.Root(b, "to load eBPF")
 	cfg := DefaultConfig()
 	cfg.PinDir = ""
 	cfg.FlowTableEntries = 1
@@ -89,9 +87,7 @@ func BenchmarkDrain(b *testing.B) {
 // (sweep=idle) is the routine idle sweep of the same table, which exports
 // nothing: what every sweep_interval costs anyway.
 func BenchmarkExportLive(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to load eBPF")
-	}
+	prereq.Root(b, "to load eBPF")
 	for _, n := range []int{1000, 10000, 100000} {
 		for _, live := range []bool{true, false} {
 			name := fmt.Sprintf("flows=%d", n)
@@ -173,9 +169,7 @@ func benchExport(b *testing.B, n int, live bool) {
 // ring, decoded and handed over (acked at once). flows=0 is the stop's
 // fixed cost. Populating the table is not timed.
 func BenchmarkStop(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to load eBPF")
-	}
+	prereq.Root(b, "to load eBPF")
 	for _, n := range []int{0, 65536} {
 		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
 			cfg := DefaultConfig()

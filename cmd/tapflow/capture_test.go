@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tapflow/tapflow/bpf"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // TestCaptureCmd: usage and bad input name the problem; on a private
@@ -35,9 +36,7 @@ func TestCaptureCmd(t *testing.T) {
 			}
 		})
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount bpffs and load eBPF")
-	}
+	prereq.Root(t, "to mount bpffs and load eBPF")
 	mnt := filepath.Join(t.TempDir(), "bpffs")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/app"
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -94,10 +95,7 @@ var stageRow = regexp.MustCompile(`(?m)^\s*(\S+)\s+(agent|collector)\s+(\S+|sour
 // source), and the dead endpoint is
 // shown as DOWN while the live one keeps updating.
 func TestTopUnderTmux(t *testing.T) {
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Fatal("tmux is missing: install it (deploy/scripts/deps.sh installs Debian's tmux)")
-	}
+	tmux := prereq.Command(t, "tmux", "make deps (deploy/scripts/deps.sh) installs Debian's tmux package")
 	url, url2 := startPipeline(t), startPipeline(t)
 	dead := deadURL(t)
 	sock := fmt.Sprintf("tapflow-top-%d", os.Getpid())

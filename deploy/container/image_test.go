@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
@@ -81,13 +82,9 @@ func TestImage(t *testing.T) {
 // installs it; otherwise the test skips.
 func needTools(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: podman (rootful), network namespaces, eBPF")
-	}
+	prereq.Root(t, "podman (rootful), network namespaces, eBPF")
 	for _, tool := range []string{"podman", "runc", "ip", "make"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s missing: make deps (deploy/scripts/deps.sh) installs it", tool)
-		}
+		prereq.Command(t, tool, "make deps (deploy/scripts/deps.sh) installs it")
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 type dashboard struct {
@@ -82,13 +84,7 @@ func TestDashboardsWellFormed(t *testing.T) {
 // by promtool (each becomes a recording rule, with Grafana's variables
 // replaced by values).
 func TestDashboardQueriesParse(t *testing.T) {
-	bin, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Geteuid() == 0 {
-			t.Fatal("promtool not found: run make deps (deploy/scripts/deps.sh installs Debian's prometheus package)")
-		}
-		t.Skip("promtool not found and not root: run make deps as root")
-	}
+	bin := prereq.Command(t, "promtool", "make deps (deploy/scripts/deps.sh) installs Debian's prometheus package")
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboards\n    rules:\n")
 	n := 0

@@ -1,26 +1,20 @@
 package promrules
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // promtool finds promtool (Debian's prometheus package; make deps
 // installs it as root).
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Geteuid() == 0 {
-			t.Fatal("promtool not found: run make deps (deploy/scripts/deps.sh installs Debian's prometheus package)")
-		}
-		t.Skip("promtool not found and not root: run make deps as root")
-	}
-	return p
+	return prereq.Command(t, "promtool", "make deps (deploy/scripts/deps.sh) installs Debian's prometheus package")
 }
 
 // TestPrometheusRules: promtool check rules (syntax, lint) and promtool

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
@@ -62,9 +63,7 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("disk-full run: not in -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs (make test runs as root in CI)")
-	}
+	prereq.Root(t, "to mount a tmpfs")
 	out := filepath.Join(t.TempDir(), "out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)

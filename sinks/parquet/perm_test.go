@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,11 +12,22 @@ import (
 	"testing"
 
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
-// otherGroup is a group of this host the process is not running as.
+// otherGroup is a group of this host the process is not running as (and,
+// without root, one of its supplementary groups: chown gives no other).
 func otherGroup(t *testing.T) (string, int) {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		gs, _ := os.Getgroups()
+		for _, g := range gs {
+			if gr, err := user.LookupGroupId(strconv.Itoa(g)); err == nil && g != os.Getgid() {
+				return gr.Name, g
+			}
+		}
+		prereq.Root(t, "to give files a group the user is not in (or a user with a supplementary group)")
+	}
 	b, err := os.ReadFile("/etc/group")
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -386,8 +387,8 @@ func TestFailureThenRecovery(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.root && os.Geteuid() != 0 {
-				t.Skip("needs root to mount a tmpfs")
+			if tc.root {
+				prereq.Root(t, "to mount a tmpfs")
 			}
 			cfg := testConfig(t)
 			cfg.Output = filepath.Join(cfg.Output, "out")
@@ -483,7 +484,7 @@ func mustMkdir(t *testing.T, p string) {
 func mount(t *testing.T, dir string, flags uintptr, data string) {
 	t.Helper()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, data); err != nil {
-		t.Skipf("mount tmpfs on %s: %v", dir, err)
+		prereq.Require(t, "a tmpfs on "+dir, err, "run as root with CAP_SYS_ADMIN, not in a container that forbids mounts")
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {

@@ -104,7 +104,7 @@ func readEnv(path string) (map[string]string, error) { return testbedfiles.ReadE
 func needTestbed(t testing.TB) *testbed {
 	t.Helper()
 	if tb == nil {
-		t.Skip(skipReason)
+		t.Skip(skipReason) // deliberate skip: opt-in, make test-openstack runs it against a testbed it starts
 	}
 	return tb
 }

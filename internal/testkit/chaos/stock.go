@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // DebianNATSServer is where Debian 12's nats-server package (2.9.10, the
@@ -27,11 +28,7 @@ func DebianNATS(t testing.TB) (bin, version string) {
 	t.Helper()
 	out, err := exec.Command(DebianNATSServer, "--version").CombinedOutput()
 	if err != nil {
-		msg := fmt.Sprintf("Debian's nats-server (%s): %v; install it: apt-get install nats-server (deploy/scripts/deps.sh does)", DebianNATSServer, err)
-		if os.Geteuid() == 0 || os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + " (not root and $CI unset: skipped)")
+		prereq.Require(t, "Debian's nats-server "+DebianNATSServer, err, "apt-get install nats-server (make deps does)")
 	}
 	// "nats-server: v2.9.10"
 	v := strings.TrimSpace(string(out))

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
@@ -46,9 +47,7 @@ const (
 // must refuse to start and name it. Cleanup purges the package, removes
 // the user and the lab.
 func TestPackageInstall(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: dpkg -i, a system user, eBPF")
-	}
+	prereq.Root(t, "dpkg -i, a system user, eBPF")
 	for _, tool := range []string{"dpkg", "dpkg-query", "setpriv", "adduser", "make", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s missing: make deps (deploy/scripts/deps.sh) installs it", tool)

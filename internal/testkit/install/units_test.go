@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // captureCaps are the capabilities of the agent: load eBPF (CAP_BPF),
@@ -182,12 +184,7 @@ func TestUnitsVerify(t *testing.T) {
 
 func needAnalyze(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		if os.Geteuid() == 0 {
-			t.Fatal("systemd-analyze missing: make deps (deploy/scripts/deps.sh) installs Debian's systemd package")
-		}
-		t.Skip("systemd-analyze missing (Debian package systemd; make deps as root installs it)")
-	}
+	prereq.Command(t, "systemd-analyze", "make deps (deploy/scripts/deps.sh) installs Debian's systemd package")
 }
 
 // verifyUnits: verify must print nothing and succeed; the security review

@@ -13,13 +13,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 )
 
 // Lab is one bridge with VMs on it.
@@ -40,15 +41,11 @@ type VM struct {
 	ns      netns.NsHandle
 }
 
-// Skip reasons.
+// need stops t when the lab cannot be built (internal/testkit/prereq).
 func need(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces and attach eBPF")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 (ip): apt-get install iproute2")
-	}
+	prereq.Root(t, "to create network namespaces and attach eBPF")
+	prereq.Command(t, "ip", "make deps (deploy/scripts/deps.sh) installs Debian's iproute2 package")
 }
 
 // New creates an empty lab (a bridge) and registers its removal.

@@ -39,7 +39,7 @@ if ((${#need[@]} == 0)); then
 	exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
-	echo "deps: missing Debian packages: ${need[*]} (not root: not installing; eBPF tests will skip)" >&2
+	echo "deps: missing Debian packages: ${need[*]} (not root: not installing; the tests that need them skip, or fail with CI set)" >&2
 	exit 0
 fi
 echo "deps: installing ${need[*]}" >&2

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/tapflow/tapflow/internal/testkit/prereq"
@@ -40,6 +41,7 @@ type event struct {
 	ImportPath string // build-output, build-fail
 	Test       string
 	Output     string
+	Elapsed    float64 // seconds, on a test's or package's pass/fail
 }
 
 // line is one output line of a package, tagged with its test ("" for the
@@ -58,11 +60,22 @@ type pkgState struct {
 
 type skip struct{ name, reason string }
 
+// timed is a top-level test's wall time, for the slowest list.
+type timed struct {
+	name    string
+	seconds float64
+}
+
+// slowestShown is how many of the slowest top-level tests the summary
+// lists: the CI budget is spent there.
+const slowestShown = 10
+
 type summary struct {
 	out     *bufio.Writer
 	verbose bool
 	pkgs    map[string]*pkgState
 	skipped []skip
+	slowest []timed
 	failed  []string
 	bad     bool // a test, package or build failed
 }
@@ -158,6 +171,9 @@ func (s *summary) testEnd(e event, p *pkgState) {
 		s.bad = true
 		s.failed = append(s.failed, e.Package+" "+e.Test)
 	}
+	if e.Test == r && e.Action != "skip" {
+		s.slowest = append(s.slowest, timed{e.Package + " " + e.Test, e.Elapsed})
+	}
 	if e.Test != r || !p.kept[r] {
 		return
 	}
@@ -251,6 +267,14 @@ func kind(reason string) string {
 }
 
 func (s *summary) report() {
+	if len(s.slowest) > 0 {
+		sort.SliceStable(s.slowest, func(i, j int) bool { return s.slowest[i].seconds > s.slowest[j].seconds })
+		n := min(len(s.slowest), slowestShown)
+		fmt.Fprintf(s.out, "\n%d slowest tests (wall time; packages run in parallel):\n", n)
+		for _, t := range s.slowest[:n] {
+			fmt.Fprintf(s.out, "  %7.1fs %s\n", t.seconds, t.name)
+		}
+	}
 	if len(s.skipped) > 0 {
 		counts := map[string]int{}
 		for _, k := range s.skipped {

@@ -62,6 +62,7 @@ func TestSummary(t *testing.T) {
 		}, []string{"pass-log-line", "sub-pass-line", "=== RUN   TestPass"}},
 		{"short run passes", short, false, 0, []string{
 			"ok  \texample.com/fake/ok",
+			"slowest tests (wall time; packages run in parallel):", "s example.com/fake/ok TestPass\n",
 			"3 skipped (1 missing prerequisite, 1 -short, 1 deliberate):", "TestShort [-short]: ok_test.go:11: -short: takes long",
 		}, []string{"pass-log-line", "failed:"}},
 		{"verbose", short, true, 0, []string{"pass-log-line", "sub-pass-line", "--- PASS: TestPass", "3 skipped"}, nil},

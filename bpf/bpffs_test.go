@@ -170,9 +170,7 @@ func bpfMountsAt(t *testing.T, dir string) int {
 // (/proc/1/mountinfo, read only in the initial PID namespace); a real
 // bpffs mount and crafted mountinfo files drive each branch.
 func TestPinDurable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: it mounts a bpffs (CI runs as root)")
-	}
+	prereq.Root(t, "it mounts a bpffs")
 	mnt := filepath.Join(t.TempDir(), "bpffs")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/internal/testkit/chaos"
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
+	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/testkit/versitygw"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -344,9 +345,7 @@ func auditExact(t *testing.T, dir string) {
 // in the next run's records (docs/operations.md).
 func TestAgentStopShapes(t *testing.T) {
 	for _, tool := range []string{"ip", "unshare", "sh"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is missing (iproute2, util-linux)", tool)
-		}
+		prereq.Command(t, tool, "make deps installs iproute2 and util-linux")
 	}
 	host := ""
 	shapes := []shape{

@@ -237,3 +237,42 @@ func TestPinDurable(t *testing.T) {
 		t.Errorf("PinDurable of a bpffs mounted in the initial mount namespace: %+v", got)
 	}
 }
+
+// FuzzMountedIn: /proc/1/mountinfo is read as the kernel writes it, but a
+// hostile or odd line (a mount point with spaces escaped, a huge line,
+// missing fields) must neither panic nor find a bpffs that is not there:
+// found means a line with that device and filesystem type bpf after "-".
+func FuzzMountedIn(f *testing.F) {
+	f.Add("36 25 0:32 / /sys/fs/bpf rw,nosuid,nodev,noexec,relatime shared:13 - bpf bpf rw,mode=700\n", uint32(0), uint32(32))
+	f.Add("36 25 0:32 / /sys/fs/bpf rw - tmpfs none rw\n", uint32(0), uint32(32))
+	f.Add("0:32 - bpf\n", uint32(0), uint32(32))
+	f.Add("1 2 0:32 / /a\\040b rw - bpf bpf rw\n1 2 0:33 / /c rw - bpf\n", uint32(0), uint32(33))
+	f.Add("", uint32(0), uint32(0))
+	f.Add(strings.Repeat("x", 70<<10)+"\n36 25 0:32 / /sys/fs/bpf rw - bpf bpf rw\n", uint32(0), uint32(32))
+	f.Fuzz(func(t *testing.T, info string, major, minor uint32) {
+		p := filepath.Join(t.TempDir(), "mountinfo")
+		if err := os.WriteFile(p, []byte(info), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		found, err := mountedIn(p, major, minor)
+		if !found {
+			return
+		}
+		if err != nil {
+			t.Fatalf("found with an error: %v", err)
+		}
+		want := fmt.Sprintf("%d:%d", major, minor)
+		for _, line := range strings.Split(info, "\n") {
+			fields := strings.Fields(line)
+			if len(fields) < 3 || fields[2] != want {
+				continue
+			}
+			for i := range len(fields) - 1 {
+				if fields[i] == "-" && fields[i+1] == "bpf" {
+					return
+				}
+			}
+		}
+		t.Fatalf("mountedIn(%d:%d) found a bpffs in %q", major, minor, info)
+	})
+}

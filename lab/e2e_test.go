@@ -173,9 +173,27 @@ func TestScenarios(t *testing.T) {
 			if extra := extraChecks[name]; extra != nil {
 				extra(t, out)
 			}
+			keepFailed(t, name, out.DataDir)
 		})
 	}
 	t.Logf("suite: %d scenarios in %s", ran, time.Since(start).Round(time.Second))
+}
+
+// keepFailed copies a failed scenario's data directory (flows, meters,
+// tapflow.log) to $TAPFLOW_LAB_KEEP/<scenario>-<time> when that is set:
+// the test's own temporary directory is removed when it ends, and an
+// intermittent failure is read from its files.
+func keepFailed(t *testing.T, name, dir string) {
+	keep := os.Getenv("TAPFLOW_LAB_KEEP")
+	if keep == "" || !t.Failed() {
+		return
+	}
+	dst := filepath.Join(keep, name+"-"+time.Now().UTC().Format("20060102T150405"))
+	if err := os.CopyFS(dst, os.DirFS(dir)); err != nil {
+		t.Logf("keep the failed scenario's data: %v", err)
+		return
+	}
+	t.Logf("failed scenario's data kept in %s", dst)
 }
 
 // TestFailedUpLeavesNothing: a lab whose servers cannot start is removed

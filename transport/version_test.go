@@ -166,3 +166,35 @@ func TestVersionAtLeast(t *testing.T) {
 		}
 	}
 }
+
+// FuzzVersionAtLeast: whatever a server reports as its version (the INFO
+// line is the server's to write), the check neither panics nor accepts
+// what it cannot read, and it is a total order on what it can:
+// reflexive, and a ≥ b with b ≥ a only for the same major.minor.patch.
+func FuzzVersionAtLeast(f *testing.F) {
+	for _, s := range [][2]string{
+		{"2.9.10", "2.9.10"}, {"v2.10.4", "2.9.10"}, {"2.10.0-beta.3", "2.10.0"}, {"2.9.10+debian", "2.9.9"},
+		{"", "2.9.10"}, {"2.9", "2.9.10"}, {"2.9.-1", "1.0.0"}, {"99999999999999999999.0.0", "2.9.10"}, {" 2.9.10 ", "2.9.10"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ab, errA := transport.VersionAtLeast(a, b)
+		ba, errB := transport.VersionAtLeast(b, a)
+		if (errA == nil) != (errB == nil) {
+			t.Fatalf("VersionAtLeast(%q, %q) err %v, reversed err %v: one of them cannot be read either way", a, b, errA, errB)
+		}
+		if errA != nil {
+			if ab || ba {
+				t.Fatalf("VersionAtLeast(%q, %q) = %v, %v with an error: an unreadable version must not pass", a, b, ab, ba)
+			}
+			return
+		}
+		if !ab && !ba {
+			t.Fatalf("%q and %q: neither is at least the other", a, b)
+		}
+		if aa, err := transport.VersionAtLeast(a, a); err != nil || !aa {
+			t.Fatalf("VersionAtLeast(%q, itself) = %v, %v", a, aa, err)
+		}
+	})
+}

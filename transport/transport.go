@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -290,7 +291,7 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 	opts := append(clientOptions(cfg, name, log), sec...)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {
-		nc, err := nats.Connect(cfg.URL, opts...)
+		nc, err := nats.Connect(cfg.URL, withinDeadline(ctx, opts)...)
 		if err == nil {
 			if verr := checkServerVersion(nc); verr != nil {
 				nc.Close()
@@ -313,6 +314,22 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// withinDeadline shortens nats.go's per-attempt timeout (2s: the dial,
+// then the server's INFO and PONG) to what is left of ctx, so a server
+// that accepts TCP and never answers cannot keep Connect past its
+// deadline.
+func withinDeadline(ctx context.Context, opts []nats.Option) []nats.Option {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return opts
+	}
+	left := time.Until(dl)
+	if left >= nats.DefaultTimeout {
+		return opts
+	}
+	return append(slices.Clip(opts), nats.Timeout(max(left, 50*time.Millisecond)))
 }
 
 // ConnectBackground returns a connection to an external NATS at once (the

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/dlq"
 )
@@ -101,9 +100,7 @@ func newDLQOpCmd(op, short string) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ctx, stop := signalContext()
 			defer stop()
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			nc, err := transport.Connect(cctx, ncfg, "tapflow-dlq", log)
-			cancel()
+			nc, err := connectCLI(ctx, ncfg, "tapflow-dlq", timeout, log)
 			if err != nil {
 				return err
 			}
@@ -128,7 +125,7 @@ func newDLQOpCmd(op, short string) *cobra.Command {
 	if op == "replay" {
 		fs.BoolVar(&dryRun, "dry-run", false, "show what would be replayed; publish and delete nothing")
 	}
-	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on each request (connecting: at most 4s)")
 	return cmd
 }
 

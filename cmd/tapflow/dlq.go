@@ -22,7 +22,9 @@ original headers and the reason, to TAPFLOW_DLQ (docs/delivery.md, Dead
 letters). Reasons: decode (not a tapflow batch), size (over
 collector.max_message_bytes or max_batch_records), identity (records do not
 match the subject's node or the Nats-Msg-Id), time (time_end beyond
-collector.max_clock_skew ahead or max_record_age old).
+collector.max_clock_skew ahead or max_record_age old), poison (a collector
+process died decoding it, and it was delivered more than
+collector.poison_deliveries times: keep it for the bug report).
 
   inspect  list dead letters: DLQ seq, time, reason, original subject,
            message id, bytes, records (when decodable) and the error; read-only

@@ -554,7 +554,8 @@ func (s *SourceOf[T]) poisoned(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 		agent = id[:i] // <agent_id>-<batch_seq>, as the agent stamps it
 	}
 	s.m.poison.Inc()
-	delete(s.marker.suspects, seq)
+	// It stays a suspect: should the dead-letter publish fail, the nacked
+	// message must not be decoded at its next delivery either.
 	s.log.Error("poison message: the collector process died decoding it before; moved undecoded to the dead-letter subject",
 		"stream_seq", seq, "msg_id", id, "agent", agent, "subject", msg.Subject(), "deliveries", md.NumDelivered,
 		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", s.st.DLQ,

@@ -31,7 +31,10 @@ func DefaultCollectorConsumer() CollectorConsumer {
 
 // CollectorConsumerConfig is the collector's durable pull consumer named
 // durable reading filter: explicit acks (sent after the Parquet commit),
-// every message from the start of the stream.
+// every message from the start of the stream. No MaxDeliver: past it
+// JetStream never delivers a message again and, in an interest stream,
+// keeps it unacked for good, silently; a message the collector dies on is
+// dead-lettered by its poison detection instead (transport/consume).
 func CollectorConsumerConfig(durable, filter string, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       durable,

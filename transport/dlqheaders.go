@@ -5,7 +5,7 @@ package transport
 // TAPFLOW_DLQ, `tapflow dlq` reads them.
 const (
 	// HeaderReason is the machine-readable class of the rejection:
-	// decode, size, identity or time (consume.Reasons).
+	// poison, decode, size, identity or time (consume.Reasons).
 	HeaderReason = "Tapflow-Reason"
 	// HeaderOrigMsgID keeps the original Nats-Msg-Id (<agent_id>-<batch_seq>):
 	// the dead letter itself carries a DLQ message id, and a replay

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -290,7 +291,7 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 	opts := append(clientOptions(cfg, name, log), sec...)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {
-		nc, err := nats.Connect(cfg.URL, opts...)
+		nc, err := nats.Connect(cfg.URL, withinDeadline(ctx, opts)...)
 		if err == nil {
 			if verr := checkServerVersion(nc); verr != nil {
 				nc.Close()
@@ -313,6 +314,22 @@ func Connect(ctx context.Context, cfg Config, name string, log *slog.Logger) (*n
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// withinDeadline shortens nats.go's per-attempt timeout (2s: the dial,
+// then the server's INFO and PONG) to what is left of ctx, so a server
+// that accepts TCP and never answers cannot keep Connect past its
+// deadline.
+func withinDeadline(ctx context.Context, opts []nats.Option) []nats.Option {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return opts
+	}
+	left := time.Until(dl)
+	if left >= nats.DefaultTimeout {
+		return opts
+	}
+	return append(slices.Clip(opts), nats.Timeout(max(left, 50*time.Millisecond)))
 }
 
 // ConnectBackground returns a connection to an external NATS at once (the
@@ -539,15 +556,23 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 }
 
 // EnsureStreamsKeepConsumers is EnsureStreams for an agent: it creates
-// the collector's durable consumers only when they are missing and never
-// updates them. An agent's config need not carry the collectors'
-// settings (its collector section is defaults), and updating would reset
-// the collectors' ack_wait and max_ack_pending at every agent start.
+// the streams and the collector's durable consumers only when they are
+// missing and never updates them. An agent's config need not carry the
+// collectors' settings (its collector section is defaults), and updating
+// would reset the collectors' ack_wait and max_ack_pending, and one
+// agent's nats section the replicas and max_bytes of every stream, at
+// every agent start. The one change it makes to an existing stream is to
+// give a stream left detached by an interrupted creation its subjects,
+// with the settings it was created with. A stream an older tapflow
+// created with limits retention is left as it is: the collector migrates
+// it (the agent's publishes land in it meanwhile).
 func EnsureStreamsKeepConsumers(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) error {
 	return ensureStreams(ctx, js, cfg, false, log)
 }
 
-func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, updateConsumers bool, log *slog.Logger) error {
+// ensureStreams: admin (a collector, tapflow run) brings streams and
+// consumers to cfg; otherwise (an agent) only what is missing is created.
+func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, admin bool, log *slog.Logger) error {
 	if cfg.ManageStreams != nil && !*cfg.ManageStreams {
 		return waitStreams(ctx, js, log)
 	}
@@ -557,7 +582,7 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, upda
 	for attempt := 1; ; attempt++ {
 		var err error
 		for _, sc := range streams {
-			if err = ensureStream(ctx, js, sc, consumers[sc.Name], updateConsumers, log); err != nil {
+			if err = ensureStream(ctx, js, sc, consumers[sc.Name], admin, log); err != nil {
 				break
 			}
 		}
@@ -644,8 +669,9 @@ func detached(sc jetstream.StreamConfig) jetstream.StreamConfig {
 // later can. A stream an older tapflow created with limits retention is
 // switched to interest in place where the server allows it (logged); on
 // a 2.9 server it is recreated when deleting it loses nothing, else the
-// error says what to do (legacyLimits).
-func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, updateConsumer bool, log *slog.Logger) error {
+// error says what to do (legacyLimits). Without admin an existing stream
+// and consumer keep their settings (attach).
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cc *jetstream.ConsumerConfig, admin bool, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var old *jetstream.StreamInfo
@@ -673,9 +699,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 			sc.Name, old.State.Msgs, old.State.Bytes, sc.Retention, errPermanent, sc.Name, sc.Name)
 	}
 	if cc != nil {
-		if err := ensureConsumer(cctx, js, sc.Name, *cc, updateConsumer); err != nil {
+		if err := ensureConsumer(cctx, js, sc.Name, *cc, admin); err != nil {
 			return err
 		}
+	}
+	if !admin {
+		return attach(cctx, js, sc)
 	}
 	upd, err := js.UpdateStream(cctx, sc)
 	if err != nil && old != nil && old.Config.Retention != sc.Retention && retentionChangeRefused(err) {
@@ -683,7 +712,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 			return err
 		}
 		// Deleted: created again, detached first, as on an empty server.
-		return ensureStream(ctx, js, sc, cc, updateConsumer, log)
+		return ensureStream(ctx, js, sc, cc, admin, log)
 	}
 	if err != nil {
 		return streamError(sc, err)
@@ -692,6 +721,27 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		log.Warn("stream retention migrated: messages every consumer has already acked are removed, the rest stay until acked; max_bytes now bounds the backlog, not the total published",
 			"stream", sc.Name, "old", old.Config.Retention.String(), "new", sc.Retention.String(),
 			"messages_before", old.State.Msgs, "messages_after", info.State.Msgs, "bytes_after", info.State.Bytes)
+	}
+	return nil
+}
+
+// attach gives a stream that has only its setup subject (created
+// detached, by this process a moment ago or by one interrupted before its
+// consumer was in place) its subjects, keeping every other setting it was
+// created with; a stream with its subjects is left alone. The caller has
+// made sure of the consumer.
+func attach(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, sc.Name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
+	cur := st.CachedInfo().Config
+	if len(cur.Subjects) != 1 || cur.Subjects[0] != setupSubject(sc) {
+		return nil
+	}
+	cur.Subjects = sc.Subjects
+	if _, err := js.UpdateStream(ctx, cur); err != nil {
+		return streamError(sc, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -238,6 +239,24 @@ func natsTarget(cfg config.Config) (transport.Config, error) {
 		return ncfg, usageErr("no NATS to connect to: nats.url is empty and nats.listen is not set, so an embedded server is reachable only inside its own process; set nats.listen (e.g. 127.0.0.1:4222) on the running tapflow, or give --nats-url / --config with nats.url")
 	}
 	return ncfg, nil
+}
+
+// cliConnectTimeout bounds how long a client command (tap, dlq) tries to
+// connect: a NATS that accepts TCP but never answers must not keep an
+// operator waiting for --timeout.
+const cliConnectTimeout = 4 * time.Second
+
+// connectCLI connects a client command to ncfg's NATS within
+// min(timeout, cliConnectTimeout); the error names the server and the fix.
+func connectCLI(ctx context.Context, ncfg transport.Config, name string, timeout time.Duration, log *slog.Logger) (*nats.Conn, error) {
+	within := min(timeout, cliConnectTimeout)
+	cctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	nc, err := transport.Connect(cctx, ncfg, name, log)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		return nil, fmt.Errorf("%w: no NATS server answered within %s; check that nats.url (or --nats-url) names a running NATS server's client port (4222 by default; not its monitoring, cluster or a proxy's port), that the server is not overloaded, and, if it expects TLS, the nats.tls settings", err, within)
+	}
+	return nc, err
 }
 
 // indent formats a multi-line error as a list.

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/dlq"
 )
@@ -23,7 +22,9 @@ original headers and the reason, to TAPFLOW_DLQ (docs/delivery.md, Dead
 letters). Reasons: decode (not a tapflow batch), size (over
 collector.max_message_bytes or max_batch_records), identity (records do not
 match the subject's node or the Nats-Msg-Id), time (time_end beyond
-collector.max_clock_skew ahead or max_record_age old).
+collector.max_clock_skew ahead or max_record_age old), poison (a collector
+process died decoding it, and it was delivered more than
+collector.poison_deliveries times: keep it for the bug report).
 
   inspect  list dead letters: DLQ seq, time, reason, original subject,
            message id, bytes, records (when decodable) and the error; read-only
@@ -101,9 +102,7 @@ func newDLQOpCmd(op, short string) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ctx, stop := signalContext()
 			defer stop()
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			nc, err := transport.Connect(cctx, ncfg, "tapflow-dlq", log)
-			cancel()
+			nc, err := connectCLI(ctx, ncfg, "tapflow-dlq", timeout, log)
 			if err != nil {
 				return err
 			}
@@ -128,7 +127,7 @@ func newDLQOpCmd(op, short string) *cobra.Command {
 	if op == "replay" {
 		fs.BoolVar(&dryRun, "dry-run", false, "show what would be replayed; publish and delete nothing")
 	}
-	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on connecting and on each request")
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on each request (connecting: at most 4s)")
 	return cmd
 }
 

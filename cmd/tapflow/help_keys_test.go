@@ -83,7 +83,8 @@ func TestHelpConfigKeysExist(t *testing.T) {
 		want bool
 	}{
 		{"collector.agent_id_is_node", true}, // inline consumer section
-		{"collector.roll_age", true},         // inline parquet section
+		{"collector.poison_deliveries", true},
+		{"collector.roll_age", true}, // inline parquet section
 		{"agent.spool.max_bytes", true},
 		{"synthetic.batch_max_age", true},
 		{"agent.batch_timeout", false},

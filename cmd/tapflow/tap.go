@@ -123,18 +123,18 @@ func newTapCmd() *cobra.Command {
 	fs.IntVar(&port, "port", -1, "only records whose src_port or dst_port is this port")
 	fs.StringVar(&format, "format", "table", "table or json (one record per line)")
 	fs.IntVar(&limit, "limit", 0, "exit after this many records (0: until interrupted)")
-	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on connecting and on creating the consumer")
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on creating the consumer (connecting: at most 4s)")
 	return cmd
 }
 
 func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string, limit int, timeout time.Duration, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	nc, err := transport.Connect(cctx, ncfg, "tapflow-tap", log)
+	nc, err := connectCLI(ctx, ncfg, "tapflow-tap", timeout, log)
 	if err != nil {
 		return err
 	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(timeout))
 	if err != nil {

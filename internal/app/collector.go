@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
@@ -10,6 +11,10 @@ import (
 	"github.com/tapflow/tapflow/transport/consume"
 )
 
+// consumeStateDir holds the consumers' poison markers
+// (transport/consume/poison.go).
+func consumeStateDir(cfg config.Config) string { return filepath.Join(cfg.DataDir, "consume") }
+
 // newCollector builds consume → Parquet for flows and for meters. drain
 // makes a graceful stop consume everything left in the streams first
 // (tapflow run).
@@ -17,6 +22,7 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 	log := rt.log.With("process", "collector")
 	src, err := consume.NewRows(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
+		StateDir: consumeStateDir(cfg),
 	})
 	if err != nil {
 		return nil, err

@@ -87,6 +87,7 @@ func (c *collector) Run(ctx context.Context) error {
 func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Logger) (*pipeline.RunnerOf[schemas.Row], error) {
 	src, err := consume.NewMeterRows(rt.js, cfg.Collector.Consumer, consume.Options{
 		Drain: drain, DrainTimeout: cfg.Agent.ShutdownTimeout.D(), Logger: log, Registry: rt.reg,
+		StateDir: consumeStateDir(cfg),
 	})
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 )
 
 // failpointMarks are strings only the failpoint code puts in a binary.
-var failpointMarks = []string{FailpointEnv, "parquet-after-commit:"}
+var failpointMarks = []string{FailpointEnv, "parquet-after-commit:", "consume-decode:"}
 
 // TestReleaseBuildHasNoFailpoint: make build and make package build
 // ./cmd/tapflow without build tags, and such a build has no failpoint:

@@ -10,6 +10,9 @@ import (
 // Reasons a message is dead-lettered: the Tapflow-Reason header and the
 // reason label of tapflow_consume_rejected_messages_total.
 const (
+	// ReasonPoison: delivered more than poison_deliveries times, and a
+	// collector process died decoding it (poison.go); never decoded again.
+	ReasonPoison = "poison"
 	// ReasonDecode: not an Arrow IPC stream of the stream's schema.
 	ReasonDecode = "decode"
 	// ReasonSize: more bytes (decompressed) or records than
@@ -27,7 +30,7 @@ const (
 )
 
 // Reasons lists every reason, in the order they are checked.
-var Reasons = []string{ReasonDecode, ReasonSize, ReasonIdentity, ReasonTime}
+var Reasons = []string{ReasonPoison, ReasonDecode, ReasonSize, ReasonIdentity, ReasonTime}
 
 // Identity is what the per-message checks read from one record.
 type Identity struct {

@@ -70,16 +70,27 @@ type Config struct {
 	// batch ledger skips the real batch. Needs agent.id left at its
 	// default (the node); false only for a fleet that sets agent.id.
 	AgentIDIsNode bool `yaml:"agent_id_is_node"`
+	// PoisonDeliveries: a message delivered more than this many times,
+	// whose decoding this collector's process died in before (poison.go),
+	// goes to the DLQ (reason poison) before it is decoded again: no
+	// crash loop. Default 5; 2..100. Every delivery past the first of a
+	// message the process dies on costs an ack_wait (the dead process's
+	// delivery must expire), so a small value ends a crash loop sooner;
+	// healthy redeliveries (collector restarts, ack_wait expiries, sink
+	// failures nacked every nak_delay) raise the count too but are never
+	// recorded as the message the process died decoding.
+	PoisonDeliveries int `yaml:"poison_deliveries"`
 }
 
 // Default limits of one message.
 const (
-	DefaultMaxBatchRecords = 1 << 20
-	DefaultMaxMessageBytes = 64 << 20
-	DefaultMaxRecordAge    = 7 * 24 * time.Hour
-	DefaultMaxClockSkew    = time.Hour
-	maxRecordAgeCap        = 365 * 24 * time.Hour
-	maxClockSkewCap        = 7 * 24 * time.Hour
+	DefaultMaxBatchRecords  = 1 << 20
+	DefaultMaxMessageBytes  = 64 << 20
+	DefaultMaxRecordAge     = 7 * 24 * time.Hour
+	DefaultMaxClockSkew     = time.Hour
+	DefaultPoisonDeliveries = 5
+	maxRecordAgeCap         = 365 * 24 * time.Hour
+	maxClockSkewCap         = 7 * 24 * time.Hour
 	// maxMessageBytesCap is the decoder's hard ceiling.
 	maxMessageBytesCap = 512 << 20
 )
@@ -90,7 +101,7 @@ func DefaultConfig() Config {
 	return Config{Durable: transport.DefaultDurable, MaxAckPending: transport.DefaultMaxAckPending, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
 		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
 		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew),
-		AgentIDIsNode: true}
+		AgentIDIsNode: true, PoisonDeliveries: DefaultPoisonDeliveries}
 }
 
 // withDefaults fills limits left zero by a caller that built Config by
@@ -107,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxClockSkew == 0 {
 		c.MaxClockSkew = units.Duration(DefaultMaxClockSkew)
+	}
+	if c.PoisonDeliveries == 0 {
+		c.PoisonDeliveries = DefaultPoisonDeliveries
 	}
 	return c
 }
@@ -159,6 +173,10 @@ func (c Config) Validate(rollAge time.Duration) error {
 	}
 	if c.MaxClockSkew.D() > maxClockSkewCap {
 		e.Add("max_clock_skew", fmt.Sprintf("%s: too long", c.MaxClockSkew), "use at most 168h (default 1h)")
+	}
+	if c.PoisonDeliveries < 2 || c.PoisonDeliveries > 100 {
+		e.Add("poison_deliveries", fmt.Sprintf("%d: out of range", c.PoisonDeliveries),
+			"use 2..100 (default 5): a message the collector died decoding is dead-lettered once delivered more often; each further delivery costs one ack_wait of crash loop")
 	}
 	return e.Err()
 }
@@ -238,12 +256,16 @@ type SourceOf[T any] struct {
 	held       map[uint64]*ackHandle
 	fullLogged time.Time                     // last max_ack_pending warning (heartbeat goroutine only)
 	rejectLog  map[string]*transport.RateLog // one line per reason per 10 s: a hostile flood cannot flood the log
+
+	stateDir string  // poison marker directory; "" disables poison detection
+	marker   *marker // open while Run runs (fetch goroutine only)
 }
 
 type metrics struct {
 	messages  prometheus.Counter
 	corrupt   prometheus.Counter
 	rejected  *prometheus.CounterVec // by reason
+	poison    prometheus.Counter
 	dlqErrors prometheus.Counter
 	naks      prometheus.Counter
 	pending   prometheus.Gauge
@@ -262,6 +284,10 @@ type Options struct {
 	Registry     prometheus.Registerer
 	// Now is the clock of the time check (default time.Now).
 	Now func() time.Time
+	// StateDir holds the poison marker (poison.go), one small file per
+	// stream: the collector's <data_dir>/consume. Empty disables poison
+	// detection.
+	StateDir string
 }
 
 // New returns the flow source: NewFor(js, FlowStream, cfg, opts).
@@ -315,13 +341,15 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	}
 	durable := cfg.Durable + st.Suffix
 	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
-		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}}
+		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}, stateDir: opts.StateDir}
 	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
 		corrupt:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_corrupt_messages_total", ConstLabels: l, Help: "Messages that failed to decode (reasons decode and size) and went to the dead-letter subject."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_consume_rejected_messages_total", ConstLabels: l,
-			Help: "Messages moved to the dead-letter subject, by reason: decode, size, identity, time."}, []string{"reason"}),
+			Help: "Messages moved to the dead-letter subject, by reason: poison, decode, size, identity, time."}, []string{"reason"}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_poison_total", ConstLabels: l,
+			Help: "Messages dead-lettered undecoded (reason poison): delivered more than collector.poison_deliveries times, and this collector's process died decoding them before."}),
 		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", ConstLabels: l, Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
 		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
 		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
@@ -329,7 +357,7 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
+		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("jetstream source %s: register metrics: %w", st.Name, err)
 			}
@@ -364,6 +392,18 @@ func (s *SourceOf[T]) consumer(ctx context.Context) (jetstream.Consumer, error) 
 // every message it forwarded is acked or nacked, held messages get an
 // in-progress ack every AckWait/3.
 func (s *SourceOf[T]) Run(ctx context.Context, out chan<- *pipeline.BatchOf[T]) error {
+	if s.stateDir != "" {
+		m, died, err := openMarker(s.stateDir, s.st.Name)
+		if err != nil {
+			return fmt.Errorf("jetstream source %s: %w; fix: make the collector's data_dir writable", s.st.Name, err)
+		}
+		defer m.close()
+		s.marker = m
+		if died != 0 {
+			s.log.Warn("the previous collector process died while decoding a message; it goes to the dead-letter subject (reason poison) once delivered more than collector.poison_deliveries times",
+				"stream_seq", died, "poison_deliveries", s.cfg.PoisonDeliveries)
+		}
+	}
 	hbDone := make(chan struct{})
 	defer close(hbDone)
 	go s.heartbeat(hbDone)
@@ -441,10 +481,27 @@ func (s *SourceOf[T]) fetch(ctx context.Context, cons jetstream.Consumer, out ch
 
 func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out chan<- *pipeline.BatchOf[T]) {
 	seq := md.Sequence.Stream
+	if s.marker != nil && md.NumDelivered > 1 {
+		// Before the body is touched: a message the process died on
+		// must not be decoded again.
+		if md.NumDelivered > uint64(s.cfg.PoisonDeliveries) && s.marker.suspects[seq] {
+			s.poisoned(msg, md)
+			return
+		}
+		if err := s.marker.set(seq); err != nil {
+			s.log.Warn("poison marker not written; a crash on this message would not be recognised", "stream_seq", seq, "err", err)
+		}
+		defer func() {
+			if err := s.marker.set(0); err != nil {
+				s.log.Warn("poison marker not cleared", "stream_seq", seq, "err", err)
+			}
+		}()
+	}
 	if n := len(msg.Data()); int64(n) > int64(s.cfg.MaxMessageBytes) {
 		s.deadLetter(msg, seq, ReasonSize, fmt.Errorf("%d bytes, more than collector.max_message_bytes %s", n, s.cfg.MaxMessageBytes))
 		return
 	}
+	failpointDecode(s.log, msg.Headers().Get(jetstream.MsgIDHeader))
 	recs, err := s.dec.Decode(nil, msg.Data())
 	if err != nil {
 		reason := ReasonDecode
@@ -484,6 +541,26 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 	b.Seq = int64(md.Sequence.Stream)
 	b.Created = md.Timestamp
 	out <- b // blocking: backpressure
+}
+
+// poisoned dead-letters a message the process died decoding, undecoded,
+// with one log line per message: poison is rare (each one took several
+// collector deaths), so every one is worth a line.
+func (s *SourceOf[T]) poisoned(msg jetstream.Msg, md *jetstream.MsgMetadata) {
+	seq := md.Sequence.Stream
+	id := msg.Headers().Get(jetstream.MsgIDHeader)
+	agent := id
+	if i := strings.LastIndexByte(id, '-'); i > 0 {
+		agent = id[:i] // <agent_id>-<batch_seq>, as the agent stamps it
+	}
+	s.m.poison.Inc()
+	// It stays a suspect: should the dead-letter publish fail, the nacked
+	// message must not be decoded at its next delivery either.
+	s.log.Error("poison message: the collector process died decoding it before; moved undecoded to the dead-letter subject",
+		"stream_seq", seq, "msg_id", id, "agent", agent, "subject", msg.Subject(), "deliveries", md.NumDelivered,
+		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", s.st.DLQ,
+		"inspect", "tapflow dlq inspect --reason "+ReasonPoison)
+	s.deadLetter(msg, seq, ReasonPoison, fmt.Errorf("delivered %d times (collector.poison_deliveries %d); a collector process died decoding it", md.NumDelivered, s.cfg.PoisonDeliveries))
 }
 
 // heartbeat sends in-progress acks for held messages every AckWait/3
@@ -531,7 +608,7 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 	if reason == ReasonDecode || reason == ReasonSize {
 		s.m.corrupt.Inc()
 	}
-	if ok, suppressed := s.rejectLog[reason].Allow(10 * time.Second); ok {
+	if ok, suppressed := s.rejectLog[reason].Allow(10 * time.Second); ok && reason != ReasonPoison { // poisoned logged it
 		s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
 			"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
 			"rejections_not_logged", suppressed)

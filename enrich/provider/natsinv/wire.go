@@ -175,6 +175,9 @@ func readState(path string) (*Snapshot, error) {
 	if len(r) < 18+n {
 		return nil, bad("truncated")
 	}
+	if s.Version == 0 {
+		return nil, bad("version 0 (versions start at 1)")
+	}
 	s.Digest = string(r[18 : 18+n])
 	if s.Inv, err = Decode(r[18+n:]); err != nil {
 		return nil, bad(err.Error())

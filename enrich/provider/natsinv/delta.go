@@ -247,7 +247,7 @@ func decodeDelta(m *nats.Msg) (base uint64, s Snapshot, ports int, c *Changes, e
 	if ports, err = strconv.Atoi(m.Header.Get(hdrPorts)); err != nil {
 		return 0, s, 0, nil, fmt.Errorf("delta ports %q: %w", m.Header.Get(hdrPorts), err)
 	}
-	raw, err := decoder.DecodeAll(m.Data, nil)
+	raw, err := decompress(m.Data)
 	if err != nil {
 		return 0, s, 0, nil, fmt.Errorf("decode delta: zstd: %w", err)
 	}

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +50,40 @@ func gobMapBomb(t testing.TB) []byte {
 	return append(mod, raw[i+1:]...)
 }
 
+// zstdSizeLie is a zstd frame declaring size bytes of content, followed by
+// one block of the reserved type: the decoder used to allocate the
+// declared size before finding the block invalid.
+func zstdSizeLie(size uint64) []byte {
+	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0} // magic; single segment, 8-byte content size
+	b = binary.LittleEndian.AppendUint64(b, size)
+	return append(b, 0x07, 0x00, 0x00) // last block, reserved type
+}
+
+func TestDecodeChecksDeclaredSize(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"879 MiB in 16 bytes", zstdSizeLie(879 << 20), "more than zstd can expand to"},
+		{"beyond the limit", zstdSizeLie(maxDecoded + 1), "more than the"},
+		{"no size", []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x30, 0x07, 0x00, 0x00}, "does not declare its size"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Decode(c.data)
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+				t.Errorf("allocated %d bytes refusing it", got)
+			}
+		})
+	}
+}
+
 func FuzzDecodeSnapshot(f *testing.F) {
 	data, _, err := Encode(fuzzCloud())
 	if err != nil {
@@ -61,6 +97,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(encoder.EncodeAll([]byte("not gob"), nil)) // zstd of garbage
 	f.Add(encoder.EncodeAll(gobMapBomb(f), nil))
 	f.Add(encoder.EncodeAll(make([]byte, 1<<20), nil)) // 1 MiB of zeros
+	f.Add(zstdSizeLie(879 << 20))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := Decode(data)
 		if err != nil {
@@ -93,6 +130,7 @@ func FuzzDecodeDelta(f *testing.F) {
 	}
 	f.Add(hdr(m.Header), m.Data)
 	f.Add(hdr(m.Header), []byte{})
+	f.Add(hdr(m.Header), zstdSizeLie(879<<20))
 	f.Add(hdr(m.Header), encoder.EncodeAll(gobMapBomb(f), nil))
 	var unknown bytes.Buffer
 	_ = gob.NewEncoder(&unknown).Encode(&deltaWire{Gone: []deleted{{Coll: "nope", IDs: []string{"a"}}}})

@@ -189,6 +189,11 @@ func readState(path string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory state: %w", err)
 	}
+	return parseState(raw, path)
+}
+
+// parseState reads the local copy's bytes (path names it in errors).
+func parseState(raw []byte, path string) (*Snapshot, error) {
 	bad := func(what string) error {
 		return fmt.Errorf("inventory state %s: %s; it is rewritten from NATS with the next snapshot (or delete it)", path, what)
 	}
@@ -205,6 +210,7 @@ func readState(path string) (*Snapshot, error) {
 		return nil, bad("version 0 (versions start at 1)")
 	}
 	s.Digest = string(r[18 : 18+n])
+	var err error
 	if s.Inv, err = Decode(r[18+n:]); err != nil {
 		return nil, bad(err.Error())
 	}

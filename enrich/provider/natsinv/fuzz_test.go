@@ -2,6 +2,7 @@ package natsinv
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/gob"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/inventory/synth"
@@ -204,4 +206,17 @@ func FuzzReadState(f *testing.F) {
 			t.Fatalf("accepted version %d, inventory %v", s.Version, s.Inv != nil)
 		}
 	})
+}
+
+// TestDownloadChecksDeclaredSize: the object's metadata sizes the
+// download buffer only within the snapshot limit (2^62 bytes used to be
+// a makeslice panic, 900 MiB an allocation of it).
+func TestDownloadChecksDeclaredSize(t *testing.T) {
+	for _, size := range []uint64{1 << 62, maxDecoded + 1} {
+		info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: Object}, NUID: "x", Size: size, Chunks: 1}
+		_, err := Download(context.Background(), nil, info)
+		if err == nil || !strings.Contains(err.Error(), "more than the") {
+			t.Errorf("size %d: err %v", size, err)
+		}
+	}
 }

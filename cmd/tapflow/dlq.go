@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -151,7 +152,7 @@ func dlqInspect(ctx context.Context, js jetstream.JetStream, f dlq.Filter, forma
 		if id == "" {
 			id = "-"
 		}
-		fmt.Fprintf(stdout, "%8d  %-20s  %-8s  %-28s  %-28s  %10d  %8s  %s\n", l.Seq, l.Time.UTC().Format(time.RFC3339), l.Reason, l.OrigSubject, id, l.Bytes, recs, l.Error)
+		fmt.Fprintf(stdout, "%8d  %-20s  %-8s  %-28s  %-28s  %10d  %8s  %s\n", l.Seq, l.Time.UTC().Format(time.RFC3339), printable(l.Reason), printable(l.OrigSubject), printable(id), l.Bytes, recs, printable(l.Error))
 		return nil
 	})
 	if err != nil {
@@ -171,7 +172,7 @@ func dlqReplay(ctx context.Context, js jetstream.JetStream, f dlq.Filter, dryRun
 			_ = enc.Encode(r)
 			return
 		}
-		fmt.Fprintf(stdout, "%8d  %-8s  %-28s  %-28s  %-17s  %s\n", r.Letter.Seq, r.Letter.Reason, r.Letter.OrigSubject, r.Letter.MsgID, r.Outcome, r.Detail)
+		fmt.Fprintf(stdout, "%8d  %-8s  %-28s  %-28s  %-17s  %s\n", r.Letter.Seq, printable(r.Letter.Reason), printable(r.Letter.OrigSubject), printable(r.Letter.MsgID), r.Outcome, printable(r.Detail))
 	})
 	var parts []string
 	for _, o := range []dlq.Outcome{dlq.WouldReplay, dlq.Replayed, dlq.AlreadyDelivered, dlq.Held, dlq.Skipped, dlq.Failed} {
@@ -191,4 +192,17 @@ func dlqReplay(ctx context.Context, js jetstream.JetStream, f dlq.Filter, dryRun
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// printable escapes what a terminal would interpret in the table: a dead
+// letter's headers come from whoever published it (JSON output escapes
+// them already).
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			q := strconv.Quote(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }

@@ -256,3 +256,19 @@ func TestDLQUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQPrintable: header values a publisher chose reach the terminal
+// escaped, not as control sequences.
+func TestDLQPrintable(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"cmp7-flows-9", "cmp7-flows-9"},
+		{"tapflow.flows.v1.cmp7", "tapflow.flows.v1.cmp7"},
+		{"\x1b]0;owned\x07", `\x1b]0;owned\a`},
+		{"a\tb", `a\tb`},
+		{"ünïcode", "ünïcode"},
+	} {
+		if got := printable(c.in); got != c.want {
+			t.Errorf("printable(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

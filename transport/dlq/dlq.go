@@ -86,26 +86,31 @@ func letterOf(m *jetstream.RawStreamMsg) Letter {
 	if l.Reason == "" {
 		l.Reason = "decode" // dead letters of collectors before Tapflow-Reason: decode failures only
 	}
-	var (
-		n   int
-		err error
-	)
-	switch {
-	case strings.HasPrefix(l.OrigSubject, transport.MetersSubjectRoot+".") || m.Subject == transport.DLQMetersSubject:
-		var recs []schemas.Meter
-		recs, err = meterDec.Decode(nil, m.Data)
-		n = len(recs)
-	default:
-		var recs []schemas.Flow
-		recs, err = flowDec.Decode(nil, m.Data)
-		n = len(recs)
-	}
+	n, err := countRecords(m.Subject, l.OrigSubject, m.Data)
 	if err != nil {
 		l.DecodeError = err.Error()
 	} else {
 		l.Records = n
 	}
 	return l
+}
+
+// countRecords decodes a dead letter's body to count its records. A dead
+// letter is by definition a message a collector could not take, possibly
+// one whose decode panicked there: the panic is an error here, so inspect
+// and replay list it instead of dying on it.
+func countRecords(subject, origSubject string, data []byte) (n int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			n, err = 0, fmt.Errorf("decoder panicked: %v", r)
+		}
+	}()
+	if strings.HasPrefix(origSubject, transport.MetersSubjectRoot+".") || subject == transport.DLQMetersSubject {
+		recs, err := meterDec.Decode(nil, data)
+		return len(recs), err
+	}
+	recs, err := flowDec.Decode(nil, data)
+	return len(recs), err
 }
 
 // List calls fn for every dead letter that f selects, oldest first. It

@@ -39,6 +39,10 @@ func newSeqAllocatorFile(dir, name string) (*seqAllocator, error) {
 		if perr != nil {
 			return nil, fmt.Errorf("batch sequence: %s holds %q, not a number; delete it (the agent restarts above the clock)", a.path, b)
 		}
+		if v < 0 || v > 1<<62 {
+			// near the top, the next block's reservation would wrap negative
+			return nil, fmt.Errorf("batch sequence: %s holds %d, outside [0, 2^62]; delete it (the agent restarts above the clock)", a.path, v)
+		}
 		start = max(start, v)
 	} else if !os.IsNotExist(err) {
 		return nil, fmt.Errorf("batch sequence: read %s: %w", a.path, err)

@@ -30,3 +30,36 @@ func TestSeqStateMode(t *testing.T) {
 		}
 	}
 }
+
+// TestSeqStateRange: a reservation file the agent cannot continue from
+// (not a number, negative, so high the next block would wrap) is refused
+// with the fix; a sane one is continued above.
+func TestSeqStateRange(t *testing.T) {
+	for _, c := range []struct {
+		content string
+		ok      bool
+	}{
+		{"1700000000000000\n", true},
+		{"abc", false},
+		{"-5", false},
+		{"9223372036854775807", false},
+		{"4611686018427387904", true}, // 2^62: room for many blocks
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "flows.seq"), []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a, err := newSeqAllocatorFile(dir, "flows.seq")
+		if (err == nil) != c.ok {
+			t.Errorf("%q: err %v, want ok=%v", c.content, err, c.ok)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		n, err := a.Next()
+		if err != nil || n < 0 {
+			t.Errorf("%q: next %d, %v", c.content, n, err)
+		}
+	}
+}

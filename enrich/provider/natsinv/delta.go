@@ -196,11 +196,37 @@ func apply[T any](base, up []T, del []string, k key[T]) []T {
 	return append(out, up[j:]...)
 }
 
+// deltaWire is a delta's gob body. Deletions travel as a list, not as
+// Changes.Delete's map: gob allocates a map's declared size before reading
+// its entries (a few bytes claiming 2^28 keys stalled a decoder for
+// minutes), while it checks a list's length against the bytes present.
+// Its field names differ from the map form's, so a tapflow of the other
+// form fails to decode it (and downloads the snapshot) rather than
+// applying the upserts without the deletions.
+type deltaWire struct {
+	Up   inventory.Inventory
+	Gone []deleted
+}
+
+type deleted struct {
+	Coll string
+	IDs  []string
+}
+
+// deltaColls are Changes.Delete's keys.
+var deltaColls = []string{"projects", "networks", "subnets", "ports", "routers", "floatingips", "servers", "loadbalancers", "amphorae", "pools"}
+
 // encodeDelta is a delta message: headers say which version it turns
 // into which, the body is gob+zstd of the changes.
 func encodeDelta(base uint64, s *Snapshot, c *Changes) (*nats.Msg, error) {
+	w := deltaWire{Up: c.Upsert}
+	for _, coll := range deltaColls {
+		if ids := c.Delete[coll]; len(ids) > 0 {
+			w.Gone = append(w.Gone, deleted{Coll: coll, IDs: ids})
+		}
+	}
 	var b bytes.Buffer
-	if err := gob.NewEncoder(&b).Encode(c); err != nil {
+	if err := gob.NewEncoder(&b).Encode(&w); err != nil {
 		return nil, fmt.Errorf("encode delta: %w", err)
 	}
 	m := nats.NewMsg(DeltaSubject)
@@ -221,13 +247,23 @@ func decodeDelta(m *nats.Msg) (base uint64, s Snapshot, ports int, c *Changes, e
 	if ports, err = strconv.Atoi(m.Header.Get(hdrPorts)); err != nil {
 		return 0, s, 0, nil, fmt.Errorf("delta ports %q: %w", m.Header.Get(hdrPorts), err)
 	}
-	raw, err := decoder.DecodeAll(m.Data, nil)
+	raw, err := decompress(m.Data)
 	if err != nil {
 		return 0, s, 0, nil, fmt.Errorf("decode delta: zstd: %w", err)
 	}
-	c = &Changes{}
-	if err := gob.NewDecoder(bytes.NewReader(raw)).Decode(c); err != nil {
+	var w deltaWire
+	if err := gob.NewDecoder(bytes.NewReader(raw)).Decode(&w); err != nil {
 		return 0, s, 0, nil, fmt.Errorf("decode delta: gob: %w", err)
+	}
+	c = &Changes{Upsert: w.Up, Delete: make(map[string][]string, len(deltaColls))}
+	for _, d := range w.Gone {
+		if !slices.Contains(deltaColls, d.Coll) {
+			return 0, s, 0, nil, fmt.Errorf("decode delta: deletions of unknown collection %q", d.Coll)
+		}
+		if _, dup := c.Delete[d.Coll]; dup {
+			return 0, s, 0, nil, fmt.Errorf("decode delta: deletions of %s listed twice", d.Coll)
+		}
+		c.Delete[d.Coll] = d.IDs
 	}
 	return base, s, ports, c, nil
 }

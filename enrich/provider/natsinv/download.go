@@ -21,6 +21,11 @@ const StreamName = "OBJ_" + Bucket
 // digest are checked.
 func Download(ctx context.Context, st jetstream.Stream, info *jetstream.ObjectInfo) ([]byte, error) {
 	subj := "$O." + Bucket + ".C." + info.NUID
+	// Size comes from the object's metadata: checked before it sizes the
+	// buffer, and held to while the chunks arrive.
+	if info.Size > maxDecoded {
+		return nil, fmt.Errorf("download %s: the object declares %d bytes, more than the %d a snapshot may have", Object, info.Size, maxDecoded)
+	}
 	buf := make([]byte, 0, info.Size)
 	h := sha256.New()
 	seq := uint64(1)
@@ -28,6 +33,9 @@ func Download(ctx context.Context, st jetstream.Stream, info *jetstream.ObjectIn
 		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 		if err != nil {
 			return nil, fmt.Errorf("download %s chunk %d of %d: %w", Object, i+1, info.Chunks, err)
+		}
+		if uint64(len(buf)+len(m.Data)) > info.Size {
+			return nil, fmt.Errorf("download %s: chunk %d of %d runs past the %d bytes the object declares", Object, i+1, info.Chunks, info.Size)
 		}
 		buf = append(buf, m.Data...)
 		h.Write(m.Data)

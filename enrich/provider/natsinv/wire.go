@@ -52,8 +52,34 @@ type Snapshot struct {
 
 var (
 	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxDecoded), zstd.WithDecoderConcurrency(1))
+	// decoder decodes into the capacity decompress gives it, no more.
+	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxDecoded), zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true))
 )
+
+// maxZstdRatio is the most a zstd frame can expand: a 4-byte RLE block
+// yields at most 128 KiB.
+const maxZstdRatio = 32 << 10
+
+// decompress decodes one zstd frame. The frame declares its decoded size
+// and the decoder allocates it before reading a block, so the size is
+// checked first: against maxDecoded, and against what the bytes present
+// can expand to (187 bytes declaring 879 MiB made a delta allocate them).
+// Encode always declares the size; a frame without it is refused.
+func decompress(data []byte) ([]byte, error) {
+	var h zstd.Header
+	if err := h.Decode(data); err != nil {
+		return nil, fmt.Errorf("zstd frame header: %w", err)
+	}
+	switch {
+	case !h.HasFCS:
+		return nil, errors.New("zstd frame does not declare its size (tapflow's encoder always does)")
+	case h.FrameContentSize > maxDecoded:
+		return nil, fmt.Errorf("zstd frame declares %d bytes, more than the %d a snapshot may have", h.FrameContentSize, maxDecoded)
+	case h.FrameContentSize > uint64(len(data))*maxZstdRatio:
+		return nil, fmt.Errorf("zstd frame declares %d bytes in %d: more than zstd can expand to", h.FrameContentSize, len(data))
+	}
+	return decoder.DecodeAll(data, make([]byte, 0, h.FrameContentSize))
+}
 
 // Encode returns the compressed encoding of inv and the digest of its
 // uncompressed form.
@@ -68,7 +94,7 @@ func Encode(inv *inventory.Inventory) (data []byte, digest string, err error) {
 
 // Decode reverses Encode.
 func Decode(data []byte) (*inventory.Inventory, error) {
-	raw, err := decoder.DecodeAll(data, nil)
+	raw, err := decompress(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode inventory: zstd: %w", err)
 	}
@@ -163,6 +189,11 @@ func readState(path string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory state: %w", err)
 	}
+	return parseState(raw, path)
+}
+
+// parseState reads the local copy's bytes (path names it in errors).
+func parseState(raw []byte, path string) (*Snapshot, error) {
 	bad := func(what string) error {
 		return fmt.Errorf("inventory state %s: %s; it is rewritten from NATS with the next snapshot (or delete it)", path, what)
 	}
@@ -175,7 +206,11 @@ func readState(path string) (*Snapshot, error) {
 	if len(r) < 18+n {
 		return nil, bad("truncated")
 	}
+	if s.Version == 0 {
+		return nil, bad("version 0 (versions start at 1)")
+	}
 	s.Digest = string(r[18 : 18+n])
+	var err error
 	if s.Inv, err = Decode(r[18+n:]); err != nil {
 		return nil, bad(err.Error())
 	}

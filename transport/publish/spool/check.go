@@ -115,7 +115,7 @@ func pendingTotals(dir string, segs []segment, r *Report) (records, bytes int64)
 		if err != nil {
 			continue
 		}
-		sc := newScanner(io.NewSectionReader(f, from, g.size-from), from, g.size)
+		sc := newScanner(f, from, g.size)
 		for {
 			e, _, err := sc.next()
 			if err != nil {
@@ -144,7 +144,7 @@ func scanSegment(dir string, g segment, curSeg, curOff int64, visit func(e *Entr
 		return sr, nil
 	}
 	start := int64(len(segHeader))
-	sc := newScanner(io.NewSectionReader(f, start, g.size-start), start, g.size)
+	sc := newScanner(f, start, g.size)
 	for {
 		e, off, err := sc.next()
 		if err == io.EOF {

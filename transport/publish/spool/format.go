@@ -115,19 +115,43 @@ type Problem struct {
 // resynchronises after a corrupt stretch by searching for the next frame
 // whose magic, length and checksum are valid. It holds one frame in memory.
 type scanner struct {
+	ra   io.ReaderAt // the segment file
 	r    *bufio.Reader
 	size int64 // segment size
 	off  int64 // offset of the next byte r returns
 	buf  []byte
 	hdr  [frameHdrLen]byte
 
-	// headersOnly skips payload verification (counting); used only when
-	// the caller trusts the segment.
+	// reread counts the payload bytes read for candidate frames whose
+	// checksum failed. A hostile or badly damaged segment can hold a
+	// plausible frame header at every few bytes, each claiming the rest
+	// of the segment: checking them all is quadratic in the segment's
+	// size. Past rereadBudget the rest of the segment is one corrupt
+	// stretch.
+	reread int64
+
 	problems []Problem
 }
 
-func newScanner(r io.Reader, off, size int64) *scanner {
-	return &scanner{r: bufio.NewReaderSize(r, 256<<10), off: off, size: size}
+// rereadBudget bounds the resynchronisation work of one scan: a segment's
+// worth plus one largest frame (ordinary damage costs one frame).
+func (s *scanner) rereadBudget() int64 { return s.size + MaxFrame }
+
+func newScanner(ra io.ReaderAt, off, size int64) *scanner {
+	s := &scanner{ra: ra}
+	s.reset(off, size, 256<<10)
+	return s
+}
+
+// reset positions the scanner at off in a segment of size bytes.
+func (s *scanner) reset(off, size int64, bufSize int) {
+	r := io.NewSectionReader(s.ra, off, max(size-off, 0))
+	if s.r == nil {
+		s.r = bufio.NewReaderSize(r, bufSize)
+	} else {
+		s.r.Reset(r)
+	}
+	s.off, s.size, s.reread, s.problems = off, size, 0, s.problems[:0]
 }
 
 // next returns the next valid entry and the offset of its frame, or io.EOF
@@ -191,8 +215,15 @@ func (s *scanner) tryFrame() (e Entry, start int64, why string, err error) {
 		return e, start, "", fmt.Errorf("read frame at %d: %w", start, err)
 	}
 	if crc32.Checksum(buf[frameHdrLen:], castagnoli) != sum {
-		// Push back all but the first byte so the search resumes at start+1.
-		s.r = bufio.NewReaderSize(io.MultiReader(bytesReader(buf[1:]), s.r), 256<<10)
+		s.reread += n
+		if s.reread > s.rereadBudget() {
+			why := fmt.Sprintf("checksum mismatch; more than %d bytes of candidate frames failed their checksum, the rest of the segment is not searched", s.rereadBudget())
+			s.r.Reset(io.NewSectionReader(s.ra, s.size, 0))
+			s.off = s.size
+			return e, start, why, nil
+		}
+		// Resume the search at start+1 (re-reading: rare, only on corruption).
+		s.r.Reset(io.NewSectionReader(s.ra, start+1, s.size-start-1))
 		s.off = start + 1
 		return e, start, "checksum mismatch", nil
 	}
@@ -208,17 +239,4 @@ func (s *scanner) skip(n int, why string) string {
 	_, _ = s.r.Discard(n)
 	s.off += int64(n)
 	return why
-}
-
-type sliceReader struct{ b []byte }
-
-func bytesReader(b []byte) io.Reader { return &sliceReader{b: append([]byte(nil), b...)} }
-
-func (r *sliceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
 }

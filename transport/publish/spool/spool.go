@@ -1,7 +1,7 @@
 package spool
 
 import (
-	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -223,7 +223,7 @@ func listSegments(dir string) ([]segment, error) {
 		}
 		segs = append(segs, segment{id: id, size: info.Size()})
 	}
-	slices.SortFunc(segs, func(a, b segment) int { return int(a.id - b.id) })
+	slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.id, b.id) })
 	return segs, nil
 }
 
@@ -276,7 +276,7 @@ func (s *Spool) recoverTail() error {
 		last.size = int64(len(segHeader))
 		return f.Sync()
 	}
-	sc := newScanner(io.NewSectionReader(f, int64(len(segHeader)), last.size), int64(len(segHeader)), last.size)
+	sc := newScanner(f, int64(len(segHeader)), last.size)
 	for {
 		if _, _, err := sc.next(); err == io.EOF {
 			break
@@ -534,13 +534,8 @@ func (s *Spool) readAt(g segment) (*Entry, int64, error) {
 		s.sc = &scanner{}
 	}
 	sc := s.sc
-	r := io.NewSectionReader(s.rf, s.roff, g.size-s.roff)
-	if sc.r == nil {
-		sc.r = bufio.NewReaderSize(r, 64<<10)
-	} else {
-		sc.r.Reset(r)
-	}
-	sc.off, sc.size, sc.problems = s.roff, g.size, sc.problems[:0]
+	sc.ra = s.rf
+	sc.reset(s.roff, g.size, 64<<10)
 	e, off, err := sc.next()
 	for _, pr := range sc.problems {
 		s.m.CorruptBytes.Add(float64(pr.Length))

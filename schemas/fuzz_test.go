@@ -1,10 +1,15 @@
 package schemas
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 // The wire decoders' fuzz targets: flow.v1 and meter.v1 messages as the
@@ -21,6 +26,7 @@ import (
 const (
 	fuzzBudget  = 4 << 20
 	fuzzRecords = 4096
+	fuzzHang    = 10 * time.Second
 )
 
 func FuzzWireFlow(f *testing.F)      { fuzzWire(f, FlowTable, FlowRows, false) }
@@ -41,6 +47,15 @@ func fuzzWire[T any](f *testing.F, tab *Table[T], rowTab *Table[Row], rowsForm b
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// A decode that hangs is a crasher too: the fuzzer keeps an input
+		// whose worker dies.
+		hang := time.AfterFunc(fuzzHang, func() {
+			if dir := os.Getenv("TAPFLOW_FUZZ_HANG_DIR"); dir != "" {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("hang-%x", sha256.Sum256(body))), body, 0o644)
+			}
+			panic(fmt.Sprintf("decoding a %d-byte message took over %s", len(body), fuzzHang))
+		})
+		defer hang.Stop()
 		before := heapAllocated()
 		recs, rerr := recDec.Decode(nil, body)
 		if rerr != nil && !errors.Is(rerr, ErrCorrupt) && !errors.Is(rerr, ErrTooLarge) {

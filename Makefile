@@ -19,7 +19,7 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build package test test-go examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build package test test-go test-fuzz fuzz examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,7 +61,7 @@ deps: ## Install what tests and generate need (Debian packages, as root; idempot
 # building it again) and the generated-code check. Each phase's output is
 # printed whole when it ends (make -O), so nothing interleaves; any
 # failing phase fails `make test`.
-TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-maybe
+TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-maybe test-fuzz
 
 test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	@$(MAKE) --no-print-directory -j$(words $(TEST_PHASES)) -Otarget $(TEST_PHASES)
@@ -80,6 +80,34 @@ test-go: examples-deps ## The main module's tests (-race), the biggest phase of 
 
 examples-deps: ## npm ci for the JavaScript example subscriber (examples/js-subscriber), which test-go runs; a no-op when installed.
 	@cd examples/js-subscriber && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; }
+
+# Native Go fuzzing. make test runs TEST_FUZZ_TARGETS (package:Target)
+# for TEST_FUZZTIME each (the wire decoders and BodyCodec; ~60-100 s in all);
+# make fuzz runs every Fuzz* target of the module for FUZZTIME each. A
+# crasher fails the run and is written to the package's
+# testdata/fuzz/<Target>/: commit it as a seed once fixed.
+FUZZTIME ?= 5m
+TEST_FUZZTIME ?= 10s
+TEST_FUZZ_TARGETS := ./schemas:FuzzWireFlow ./schemas:FuzzWireFlowRows ./schemas:FuzzWireMeter ./schemas:FuzzWireMeterRows
+TEST_FUZZ_TARGETS += ./schemas:FuzzBodyCodec
+FUZZ_RUN = $(GO) test -run '^$$' -fuzzminimizetime 10s
+
+test-fuzz: ## Bounded fuzzing (part of make test): TEST_FUZZ_TARGETS for TEST_FUZZTIME each.
+	@start=$$(date +%s); failed=; log=$$(mktemp); for t in $(TEST_FUZZ_TARGETS); do \
+	  for try in 1 2; do \
+	   $(FUZZ_RUN) -parallel 2 -fuzz "^$${t#*:}\$$" -fuzztime $(TEST_FUZZTIME) $${t%%:*} >$$log 2>&1 && break; \
+	   if [ $$try = 1 ] && ! grep -q 'Failing input written' $$log; then echo "test-fuzz: $$t: the fuzzing engine failed without an input (a loaded machine); once more:"; tail -n 3 $$log; continue; fi; \
+	   cat $$log; failed="$$failed $$t"; break; \
+	  done; \
+	 done; rm -f $$log; \
+	 if [ -n "$$failed" ]; then echo "test-fuzz: FAILED:$$failed"; exit 1; fi; \
+	 echo "test-fuzz: $(words $(TEST_FUZZ_TARGETS)) targets passed in $$(($$(date +%s) - start))s"
+
+fuzz: ## Every Fuzz* target of the module (go test -list '^Fuzz' ./...) for FUZZTIME each (default 5m); lists the failing ones at the end.
+	@failed=; while read -r pkg t; do echo "fuzz: $$pkg $$t for $(FUZZTIME)"; \
+	  $(FUZZ_RUN) -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$pkg:$$t"; \
+	 done < <($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ {f[n++] = $$1} /^ok / {for (i = 0; i < n; i++) print $$2, f[i]; n = 0}'); \
+	 if [ -n "$$failed" ]; then echo "fuzz: FAILED:$$failed"; exit 1; fi
 
 test-openstack-maybe:
 	@$(if $(IS_ROOT),start=$$(date +%s); $(MAKE) --no-print-directory test-openstack && echo "test-openstack: passed in $$(($$(date +%s) - start))s",echo "test: not root: OpenStack contract tests skipped (make test-openstack as root runs them)")

@@ -417,18 +417,28 @@ func (s *strCol) at(i int) string {
 	return s.data[s.offs[i]-s.offs[0] : s.offs[i+1]-s.offs[0]]
 }
 
-// stringsOf opens column name (n rows) as utf8 or dictionary<int, utf8>.
+// stringsOf opens column name (n rows) as utf8 or dictionary<int, utf8>,
+// offsets and indices checked.
 func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
 	switch a := a.(type) {
 	case *array.String:
-		d, o := columnString(a)
+		if a.Len() < n {
+			return strCol{}, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
+		}
+		d, o, err := columnString(name, a)
+		if err != nil {
+			return strCol{}, err
+		}
 		return strCol{data: d, offs: o}, nil
 	case *array.Dictionary:
 		keys, dict, err := DictionaryStrings(name, a, n)
 		if err != nil {
 			return strCol{}, err
 		}
-		d, o := columnString(dict)
+		d, o, err := columnString(name, dict)
+		if err != nil {
+			return strCol{}, err
+		}
 		vals := make([]string, dict.Len())
 		for k := range vals {
 			vals[k] = d[o[k]-o[0] : o[k+1]-o[0]]
@@ -507,11 +517,51 @@ func widen[K int8 | int16 | uint8 | uint16](v []K) []int32 {
 
 // columnString copies the character data of a utf8 array into one Go
 // string (one allocation per column per batch) and returns it with the
-// value offsets; value i is data[offs[i]-offs[0] : offs[i+1]-offs[0]].
-func columnString(c *array.String) (string, []int32) {
-	offs := c.ValueOffsets()
-	if len(offs) == 0 {
-		return "", []int32{0}
+// value offsets (checked: stringData); value i is
+// data[offs[i]-offs[0] : offs[i+1]-offs[0]].
+func columnString(name string, c *array.String) (string, []int32, error) {
+	offs, data, err := stringData(name, c)
+	if err != nil {
+		return "", nil, err
 	}
-	return string(c.ValueBytes()), offs
+	return string(data), offs, nil
+}
+
+// stringData returns the value offsets of a utf8 array (Len()+1 of them)
+// and the bytes from the first to the last, after checking that the
+// offsets start at 0 or more, never decrease and end within the data
+// buffer. arrow-go checks only the last one, and a hostile message's
+// other offsets would panic wherever a value is sliced — in the
+// collector, long after the decode — or read another value's bytes.
+func stringData(name string, c *array.String) ([]int32, []byte, error) {
+	d := c.Data()
+	n, off := d.Len(), d.Offset()
+	if n == 0 {
+		return []int32{0}, nil, nil
+	}
+	bufs := d.Buffers()
+	if len(bufs) < 3 || bufs[1] == nil {
+		return nil, nil, fmt.Errorf("column %s: %d values without value offsets", name, n)
+	}
+	all := arrow.Int32Traits.CastFromBytes(bufs[1].Bytes())
+	if off < 0 || len(all) < off+n+1 {
+		return nil, nil, fmt.Errorf("column %s: %d value offsets for %d values", name, len(all), n)
+	}
+	offs := all[off : off+n+1]
+	var vals []byte
+	if bufs[2] != nil {
+		vals = bufs[2].Bytes()
+	}
+	if offs[0] < 0 {
+		return nil, nil, fmt.Errorf("column %s: first value offset %d", name, offs[0])
+	}
+	for i := 1; i <= n; i++ {
+		if offs[i] < offs[i-1] {
+			return nil, nil, fmt.Errorf("column %s: value %d: offset %d after %d; offsets must not decrease", name, i-1, offs[i], offs[i-1])
+		}
+	}
+	if int(offs[n]) > len(vals) {
+		return nil, nil, fmt.Errorf("column %s: value offsets end at %d, beyond the %d-byte data buffer", name, offs[n], len(vals))
+	}
+	return offs, vals[offs[0]:offs[n]], nil
 }

@@ -101,10 +101,13 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 			if !ok {
 				return fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", col.Name, a.DataType())
 			}
-			cc.offs, cc.data = v.ValueOffsets(), v.ValueBytes()
-			if len(cc.offs) == 0 {
-				cc.offs = []int32{0}
+			// Checked here: rows are read long after Decode returns,
+			// beyond its recover.
+			offs, data, err := stringData(col.Name, v)
+			if err != nil {
+				return err
 			}
+			cc.offs, cc.data = offs, data
 		default:
 			return fmt.Errorf("column %s: kind %d has no row form", col.Name, col.Kind)
 		}

@@ -252,8 +252,20 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 			return dst, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 		}
 	}
-	var opts []ipc.Option
+	// Structure first: arrow-go allocates what a message declares before
+	// reading it, outside any allocator (checkIPC).
+	cost, err := checkIPC(body, d.maxBytes, int64(d.maxRecords))
+	if err != nil {
+		return dst, err
+	}
+	opts := []ipc.Option{ipc.WithMetadataSizeLimit(int64(len(body))), ipc.WithBodySizeLimit(int64(len(body)))}
 	if bud != nil {
+		// What arrow-go allocates beside its allocator: metadata copies,
+		// per-column objects, the decompressors' windows.
+		if cost > bud.limit {
+			return dst, fmt.Errorf("%w: arrow ipc metadata and decompressors need %d bytes, limit %d", ErrTooLarge, cost, bud.limit)
+		}
+		bud.used = cost
 		opts = append(opts, ipc.WithAllocator(bud))
 	}
 	r, err := ipc.NewReader(bytes.NewReader(body), opts...)

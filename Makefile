@@ -82,7 +82,8 @@ examples-deps: ## npm ci for the JavaScript example subscriber (examples/js-subs
 	@cd examples/js-subscriber && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; }
 
 # Native Go fuzzing. make test runs TEST_FUZZ_TARGETS (package:Target)
-# for TEST_FUZZTIME each (the wire decoders and BodyCodec; ~60-100 s in all);
+# for TEST_FUZZTIME each (the wire decoders, BodyCodec, inventory deltas,
+# the inventory file, lookup requests, the NATS version check; ~2 min in all);
 # make fuzz runs every Fuzz* target of the module for FUZZTIME each. A
 # crasher fails the run and is written to the package's
 # testdata/fuzz/<Target>/: commit it as a seed once fixed.
@@ -90,6 +91,8 @@ FUZZTIME ?= 5m
 TEST_FUZZTIME ?= 10s
 TEST_FUZZ_TARGETS := ./schemas:FuzzWireFlow ./schemas:FuzzWireFlowRows ./schemas:FuzzWireMeter ./schemas:FuzzWireMeterRows
 TEST_FUZZ_TARGETS += ./schemas:FuzzBodyCodec
+TEST_FUZZ_TARGETS += ./enrich/provider/natsinv:FuzzDecodeDelta ./enrich/inventory:FuzzParse ./enrich/lookup:FuzzHandle
+TEST_FUZZ_TARGETS += ./transport:FuzzVersionAtLeast
 FUZZ_RUN = $(GO) test -run '^$$' -fuzzminimizetime 10s
 
 test-fuzz: ## Bounded fuzzing (part of make test): TEST_FUZZ_TARGETS for TEST_FUZZTIME each.

@@ -411,7 +411,15 @@ log:
 	t.Logf("chaos: nats-server %s; %s, %d collector(s), starts %d, SIGKILLs %d (%d right after a commit, %d starts with a crash between commit and ack), NATS restarts %d, cut %s, batches spooled %v; records generated %d, in output %d, duplicates %d, lost %d, bytes %d/%d; spool drops %v; redelivered pieces skipped by the ledger %d; consumer %s",
 		nsrv.version(t), elapsed.Round(time.Second), ncoll, starts, killed, onCommit, failpoints, natsRestarts, cut, spooled, count.records.Load(), len(rows), dups, lost, bytes, count.bytes.Load(), dropped, redeliv, state)
 	if dups != 0 || lost != 0 || bytes != count.bytes.Load() || int64(len(rows)) != count.records.Load() {
-		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector logs %s", len(rows), dups, lost, bytes, count.bytes.Load(), logs())
+		// Where lost records may have gone: the dead-letter subject.
+		poison, rejected, died := 0, 0, 0
+		for _, c := range colls {
+			poison += countLog(c.LogPath(), "poison message: the collector process died decoding it")
+			rejected += countLog(c.LogPath(), "message rejected and moved to the dead-letter subject")
+			died += countLog(c.LogPath(), "the previous collector process died while decoding a message")
+		}
+		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector log lines: %d poison, %d dead-lettered, %d starts after a death while decoding; collector logs %s",
+			len(rows), dups, lost, bytes, count.bytes.Load(), poison, rejected, died, logs())
 	}
 	if len(r.mustLog) > 0 {
 		n := 0

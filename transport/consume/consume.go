@@ -484,7 +484,7 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 	if s.marker != nil && md.NumDelivered > 1 {
 		// Before the body is touched: a message the process died on
 		// must not be decoded again.
-		if md.NumDelivered > uint64(s.cfg.PoisonDeliveries) && s.marker.suspects[seq] {
+		if md.NumDelivered > uint64(s.cfg.PoisonDeliveries) && s.marker.culprit(seq) {
 			s.poisoned(msg, md)
 			return
 		}

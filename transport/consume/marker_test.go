@@ -34,12 +34,12 @@ func TestMarkerRing(t *testing.T) {
 			t.Errorf("step %d: died %d, want %d", i, died, step.wantDied)
 		}
 		for _, s := range step.wantSuspects {
-			if !m.suspects[s] {
+			if m.suspects[s] == 0 {
 				t.Errorf("step %d: %d not a suspect: %v", i, s, m.suspects)
 			}
 		}
 		for _, s := range step.notSuspects {
-			if m.suspects[s] {
+			if m.suspects[s] > 0 {
 				t.Errorf("step %d: %d a suspect: %v", i, s, m.suspects)
 			}
 		}
@@ -59,7 +59,33 @@ func TestMarkerRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.close()
-	if died != 119 || len(m.suspects) != markerSlots-1 || !m.suspects[104] || m.suspects[103] || m.suspects[7] {
+	if died != 119 || len(m.suspects) != markerSlots-1 || m.suspects[104] != 1 || m.suspects[103] != 0 || m.suspects[7] != 0 {
 		t.Fatalf("died %d, suspects %v; want 104..119", died, m.suspects)
+	}
+}
+
+// TestCulpritNeedsRepeatedDeaths: one death while decoding a message (a
+// random SIGKILL in a redelivery burst) does not make it poison; dying on
+// it poisonDeaths times does.
+func TestCulpritNeedsRepeatedDeaths(t *testing.T) {
+	dir := t.TempDir()
+	for deaths := 1; deaths <= poisonDeaths+1; deaths++ {
+		m, _, err := openMarker(dir, "S")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = m.set(42) // and the process dies
+		m.close()
+		m, _, err = openMarker(dir, "S")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.culprit(42), deaths >= poisonDeaths; got != want {
+			t.Errorf("after %d deaths on seq 42: culprit %v, want %v (suspects %v)", deaths, got, want, m.suspects)
+		}
+		if m.culprit(43) {
+			t.Errorf("seq 43, never died on, is a culprit")
+		}
+		m.close()
 	}
 }

@@ -22,8 +22,15 @@ import (
 // start a non-zero slot 0 names the message the previous process died
 // on; it joins a ring of recent suspects. A message is poison when it is
 // delivered more than poison_deliveries times AND this collector's
-// process died decoding it before. No fsync: a process death leaves the
+// process died decoding it at least poisonDeaths times: a random kill
+// (SIGKILL, the host's OOM killer) can land once on any message being
+// decoded in a redelivery burst, and with S3 output healthy messages pass
+// poison_deliveries; a message that kills the decoder kills it every time. No fsync: a process death leaves the
 // write in the page cache; a host crash is not a poison message.
+
+// poisonDeaths is how many process deaths while decoding one message
+// make it a culprit rather than a bystander of a random kill.
+const poisonDeaths = 3
 
 // markerSlots is slot 0 (decoding now) plus the ring of recent suspects:
 // a handful of distinct poison messages at once is already an attack.
@@ -32,7 +39,7 @@ const markerSlots = 1 + 16
 // marker is the per-stream decoding marker file.
 type marker struct {
 	f        *os.File
-	suspects map[uint64]bool
+	suspects map[uint64]int // stream seq → process deaths while decoding it
 }
 
 // openMarker opens (creating) dir/<stream>.decoding, moves a non-zero
@@ -68,14 +75,18 @@ func openMarker(dir, stream string) (*marker, uint64, error) {
 			return nil, 0, fmt.Errorf("poison marker %s: %w", path, err)
 		}
 	}
-	m := &marker{f: f, suspects: map[uint64]bool{}}
+	m := &marker{f: f, suspects: map[uint64]int{}}
 	for _, v := range slots[1:] {
 		if v != 0 {
-			m.suspects[v] = true
+			m.suspects[v]++
 		}
 	}
 	return m, died, nil
 }
+
+// culprit reports whether the process died decoding seq poisonDeaths
+// times or more.
+func (m *marker) culprit(seq uint64) bool { return m.suspects[seq] >= poisonDeaths }
 
 // set records that seq (0: none) is being decoded.
 func (m *marker) set(seq uint64) error {

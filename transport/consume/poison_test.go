@@ -23,8 +23,8 @@ import (
 // TestPoisonOnlyTheMessageTheProcessDiedOn: against a real server, four
 // batches are nacked (a failing sink) until each was delivered 6 times,
 // more than poison_deliveries (5), by a source that keeps its decoding
-// marker; then a new source starts whose marker says its predecessor
-// died decoding the fourth. Only that one goes to the DLQ (reason
+// marker; then a new source starts whose marker says its predecessors
+// died decoding the fourth, three times. Only that one goes to the DLQ (reason
 // poison, undecoded, counted from 0); the three others, delivered as
 // often but decoded fine every time, arrive whole.
 func TestPoisonOnlyTheMessageTheProcessDiedOn(t *testing.T) {
@@ -88,9 +88,12 @@ func TestPoisonOnlyTheMessageTheProcessDiedOn(t *testing.T) {
 		return true
 	}, errors.New("disk full"))
 
-	// The previous process died decoding stream seq 4.
-	var slot [8]byte
-	binary.LittleEndian.PutUint64(slot[:], 4)
+	// Processes died decoding stream seq 4 three times (poisonDeaths): the
+	// last death in slot 0, the two before in the ring.
+	var slot [24]byte
+	for i := range 3 {
+		binary.LittleEndian.PutUint64(slot[8*i:], 4)
+	}
 	f, err := os.OpenFile(filepath.Join(state, transport.FlowsStream+".decoding"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatalf("the source left no decoding marker: %v", err)

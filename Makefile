@@ -19,7 +19,7 @@ include compat/compat.mk
 IS_ROOT := $(filter 0,$(shell id -u))
 
 .DEFAULT_GOAL := help
-.PHONY: help build package test test-go test-fuzz fuzz examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
+.PHONY: help build package test test-go test-fuzz test-openstack-then-fuzz fuzz examples-deps test-openstack-maybe test-short demo demo-synthetic lab-down test-e2e bench lint generate check-generate deps clean
 
 help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -60,8 +60,14 @@ deps: ## Install what tests and generate need (Debian packages, as root; idempot
 # the versitygw build (the tests that need it wait on its lock instead of
 # building it again) and the generated-code check. Each phase's output is
 # printed whole when it ends (make -O), so nothing interleaves; any
-# failing phase fails `make test`.
-TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-maybe test-fuzz
+# failing phase fails `make test`. Bounded fuzzing runs after the
+# OpenStack tests on one core: next to test-go on both cores it made the
+# load-sensitive tests flaky, and test-go is the longest phase anyway.
+TEST_PHASES := test-go compat-test versitygw check-generate test-openstack-then-fuzz
+
+test-openstack-then-fuzz:
+	@rc=0; $(MAKE) --no-print-directory test-openstack-maybe || rc=1; \
+	 $(MAKE) --no-print-directory test-fuzz TEST_FUZZ_PARALLEL=1 || rc=1; exit $$rc
 
 test: deps ## Run every test (-race). As root this includes the eBPF, network-namespace and OpenStack contract tests.
 	@$(MAKE) --no-print-directory -j$(words $(TEST_PHASES)) -Otarget $(TEST_PHASES)
@@ -94,11 +100,12 @@ TEST_FUZZ_TARGETS += ./schemas:FuzzBodyCodec
 TEST_FUZZ_TARGETS += ./enrich/provider/natsinv:FuzzDecodeDelta ./enrich/inventory:FuzzParse ./enrich/lookup:FuzzHandle
 TEST_FUZZ_TARGETS += ./transport:FuzzVersionAtLeast
 FUZZ_RUN = $(GO) test -run '^$$' -fuzzminimizetime 10s
+TEST_FUZZ_PARALLEL ?= 2
 
 test-fuzz: ## Bounded fuzzing (part of make test): TEST_FUZZ_TARGETS for TEST_FUZZTIME each.
 	@start=$$(date +%s); failed=; log=$$(mktemp); for t in $(TEST_FUZZ_TARGETS); do \
 	  for try in 1 2; do \
-	   $(FUZZ_RUN) -parallel 2 -fuzz "^$${t#*:}\$$" -fuzztime $(TEST_FUZZTIME) $${t%%:*} >$$log 2>&1 && break; \
+	   $(FUZZ_RUN) -parallel $(TEST_FUZZ_PARALLEL) -fuzz "^$${t#*:}\$$" -fuzztime $(TEST_FUZZTIME) $${t%%:*} >$$log 2>&1 && break; \
 	   if [ $$try = 1 ] && ! grep -q 'Failing input written' $$log; then echo "test-fuzz: $$t: the fuzzing engine failed without an input (a loaded machine); once more:"; tail -n 3 $$log; continue; fi; \
 	   cat $$log; failed="$$failed $$t"; break; \
 	  done; \

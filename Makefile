@@ -168,11 +168,12 @@ lint: ## gofmt, go vet and the generated-code check.
 	@$(MAKE) --no-print-directory compat-vet
 	@$(MAKE) --no-print-directory check-generate
 
-generate: bpf-generate ## Regenerate committed code: flow.v1/meter.v1 structs and docs/schema.md (schemas), the eBPF objects (Debian clang).
-	$(GO) generate ./schemas/...
+generate: bpf-generate ## Regenerate committed code: flow.v1/meter.v1 structs and docs/schema.md (schemas), the NATS permission sections of docs/security.md and docs/inventory-service.md (transport/roles), the eBPF objects (Debian clang).
+	$(GO) generate ./schemas/... ./transport/roles/
 
 check-generate: ## Fail when committed generated code is stale.
 	$(GO) test -run TestGeneratedCodeIsCurrent ./schemas/
+	$(GO) test -run TestGeneratedDocsAreCurrent ./transport/roles/
 	@if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then $(MAKE) --no-print-directory bpf-check; \
 	 else echo "check-generate: clang/libbpf-dev missing, eBPF object check skipped (make deps as root installs them)"; fi
 

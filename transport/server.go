@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/transport/roles"
 )
 
 // ServerConfig is nats.server: TLS and users of the embedded server's
@@ -40,7 +41,8 @@ type ServerUser struct {
 	PasswordFile string `yaml:"password_file"`
 	// Nkey is the user's public nkey (U…), instead of a password.
 	Nkey string `yaml:"nkey"`
-	// Role is agent, collector, subscriber or admin (RolePermissions).
+	// Role is agent, collector, inventory, subscriber or admin
+	// (transport/roles).
 	Role string `yaml:"role"`
 	// Node is the node an agent publishes for (role agent).
 	Node string `yaml:"node"`
@@ -54,93 +56,39 @@ type ServerUser struct {
 	Ordered bool `yaml:"ordered"`
 }
 
-// Roles of nats.server.users.
+// Roles of nats.server.users (transport/roles has their permissions).
 const (
-	RoleAgent      = "agent"
-	RoleCollector  = "collector"
-	RoleSubscriber = "subscriber"
-	RoleAdmin      = "admin"
+	RoleAgent      = string(roles.Agent)
+	RoleCollector  = string(roles.Collector)
+	RoleInventory  = string(roles.Inventory)
+	RoleSubscriber = string(roles.Subscriber)
+	RoleAdmin      = string(roles.Admin)
 )
 
 // internalUser is the embedded server's own in-process client (this
 // tapflow process); it cannot connect over the network.
 const internalUser = "tapflow-internal"
 
-// Permissions is what one user may publish and subscribe to.
-type Permissions struct {
-	Publish     []string
-	PublishDeny []string
-	Subscribe   []string
+// roleUser is u as transport/roles sees it.
+func roleUser(u ServerUser) roles.User {
+	return roles.User{Name: u.User, Role: roles.Role(u.Role), Node: u.Node, Durable: u.Durable, Ordered: u.Ordered}
 }
 
-// RolePermissions is the least-privilege allow list of u's role: agents
-// publish only their node's subjects, collectors only consume their
-// durables (and write the DLQ and the stream definitions), subscribers
-// only read; every role receives replies only on its own inbox.
-func RolePermissions(u ServerUser) Permissions {
-	inbox := "_INBOX." + u.User + ".>"
-	info := func(streams ...string) []string {
-		s := []string{"$JS.API.INFO"}
-		for _, st := range streams {
-			s = append(s, "$JS.API.STREAM.INFO."+st)
-		}
-		return s
+// UserPermissions is what each of users may do on the embedded server
+// (transport/roles), by user name; collectorDurable is this process's
+// collector.durable, protected from subscribers like every collector's
+// and subscriber's durable in users.
+func UserPermissions(users []ServerUser, collectorDurable string) map[string]roles.Permissions {
+	ru := make([]roles.User, len(users))
+	for i, u := range users {
+		ru[i] = roleUser(u)
 	}
-	consume := func(stream, durable string) []string {
-		return []string{
-			"$JS.API.CONSUMER.INFO." + stream + "." + durable,
-			"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + durable,
-			"$JS.ACK." + stream + "." + durable + ".>",
-		}
+	prot := roles.Protected(ru, collectorDurable)
+	out := make(map[string]roles.Permissions, len(users))
+	for _, u := range ru {
+		out[u.Name] = roles.For(u, prot)
 	}
-	switch u.Role {
-	case RoleAgent:
-		return Permissions{
-			Publish:   append([]string{FlowsSubject(u.Node), MetersSubject(u.Node)}, info(FlowsStream, MetersStream)...),
-			Subscribe: []string{inbox},
-		}
-	case RoleCollector:
-		d := u.Durable
-		if d == "" {
-			d = DefaultDurable
-		}
-		p := info(FlowsStream, MetersStream, DLQStream)
-		for _, st := range []string{FlowsStream, MetersStream, DLQStream} {
-			// LIST: the backlog gauges of every consumer (names and counts).
-			p = append(p, "$JS.API.STREAM.CREATE."+st, "$JS.API.STREAM.UPDATE."+st, "$JS.API.CONSUMER.LIST."+st)
-		}
-		for _, c := range [][2]string{{FlowsStream, d}, {MetersStream, d + MetersDurableSuffix}} {
-			p = append(p, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>",
-				"$JS.API.CONSUMER.DURABLE.CREATE."+c[0]+"."+c[1])
-			p = append(p, consume(c[0], c[1])...)
-		}
-		p = append(p, "tapflow.dlq.>")
-		return Permissions{Publish: p, Subscribe: []string{inbox}}
-	case RoleSubscriber:
-		p := info(FlowsStream, MetersStream)
-		if u.Durable != "" {
-			p = append(p, consume(FlowsStream, u.Durable)...)
-			p = append(p, consume(MetersStream, u.Durable)...)
-		}
-		var deny []string
-		if u.Ordered {
-			// Ordered consumers are named by the client, so the allow
-			// list cannot pin the name: the collector's default durables
-			// are denied (a create under an existing name would update
-			// it, a pull would take its messages), and no delete is
-			// allowed at all.
-			for _, st := range []string{FlowsStream, MetersStream} {
-				p = append(p, "$JS.API.CONSUMER.CREATE."+st+".*", "$JS.API.CONSUMER.CREATE."+st+".*.>",
-					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*")
-			}
-			for _, c := range [][2]string{{FlowsStream, DefaultDurable}, {MetersStream, DefaultDurable + MetersDurableSuffix}} {
-				deny = append(deny, "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1], "$JS.API.CONSUMER.CREATE."+c[0]+"."+c[1]+".>",
-					"$JS.API.CONSUMER.MSG.NEXT."+c[0]+"."+c[1]) // no pulling the collector's messages away
-			}
-		}
-		return Permissions{Publish: p, PublishDeny: deny, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}
-	}
-	return Permissions{Publish: []string{">"}, Subscribe: []string{">"}} // admin
+	return out
 }
 
 // validateServer checks nats.listen and nats.server: nothing listens
@@ -216,9 +164,9 @@ func (c Config) validateServer(e *units.Errors) {
 			if u.Durable != "" && !subjectToken(u.Durable) {
 				e.Add(key+".durable", fmt.Sprintf("%q: not a consumer name", u.Durable), "use letters, digits, - and _")
 			}
-		case RoleAdmin:
+		case RoleAdmin, RoleInventory:
 		default:
-			e.Add(key+".role", fmt.Sprintf("%q: unknown role", u.Role), "use agent, collector, subscriber or admin")
+			e.Add(key+".role", fmt.Sprintf("%q: unknown role", u.Role), "use agent, collector, inventory, subscriber or admin")
 		}
 	}
 }
@@ -242,7 +190,7 @@ func loopbackListen(listen string) bool {
 // options. It returns the in-process password of internalUser ("" when
 // the server has no users): a random secret of this process, never
 // stored, valid only for in-process connections.
-func applyServerSecurity(opts *server.Options, s ServerConfig) (string, error) {
+func applyServerSecurity(opts *server.Options, s ServerConfig, collectorDurable string) (string, error) {
 	if s.TLS.CertFile != "" {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
 			CertFile: s.TLS.CertFile, KeyFile: s.TLS.KeyFile, CaFile: s.TLS.CAFile, Verify: s.TLS.CAFile != "",
@@ -255,11 +203,15 @@ func applyServerSecurity(opts *server.Options, s ServerConfig) (string, error) {
 	if len(s.Users) == 0 {
 		return "", nil
 	}
+	all := UserPermissions(s.Users, collectorDurable)
 	for _, u := range s.Users {
-		p := RolePermissions(u)
+		p := all[u.User]
 		perms := &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: p.Publish, Deny: p.PublishDeny},
 			Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
+		}
+		if p.AllowResponses {
+			perms.Response = &server.ResponsePermission{MaxMsgs: 1}
 		}
 		if u.Nkey != "" {
 			opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms})

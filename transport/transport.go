@@ -228,7 +228,7 @@ func NewEmbeddedServer(storeDir, name string, cfg Config, log *slog.Logger) (*Em
 		}
 		opts.Host, opts.Port = h, p
 	}
-	pw, err := applyServerSecurity(opts, cfg.Server)
+	pw, err := applyServerSecurity(opts, cfg.Server, cfg.Collector.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}

@@ -76,12 +76,16 @@ func roleUser(u ServerUser) roles.User {
 
 // UserPermissions is what each of users may do on the embedded server
 // (transport/roles), by user name; collectorDurable is this process's
-// collector.durable, protected from subscribers like every collector's
-// and subscriber's durable in users.
+// collector.durable: the durable of collector users that name none, and
+// protected from subscribers like every collector's and subscriber's
+// durable in users.
 func UserPermissions(users []ServerUser, collectorDurable string) map[string]roles.Permissions {
 	ru := make([]roles.User, len(users))
 	for i, u := range users {
 		ru[i] = roleUser(u)
+		if u.Role == RoleCollector && u.Durable == "" {
+			ru[i].Durable = collectorDurable
+		}
 	}
 	prot := roles.Protected(ru, collectorDurable)
 	out := make(map[string]roles.Permissions, len(users))

@@ -127,7 +127,7 @@ var rows = []row{
 	{"subscriber with `durable: <durable>`", User{Name: "<user>", Role: Subscriber, Durable: "<durable>"},
 		"reads live (core NATS) and from its pre-created durable; cannot create, change or delete any consumer"},
 	{"subscriber with `ordered: true`", User{Name: "<user>", Role: Subscriber, Ordered: true},
-		"creates and pulls its own ordered consumers (named in the subject); every protected consumer is denied: each collector's durables and each subscriber's durable, whatever `collector.durable` is (`<protected>` stands for each); no delete"},
+		"creates, pulls and deletes its own ordered consumers (named in the subject; the nameless create is not allowed); every protected consumer is denied: each collector's durables and each subscriber's durable, whatever `collector.durable` is (`<protected>` stands for each); no acks"},
 	{"admin (operators, `tapflow dlq`)", User{Name: "<user>", Role: Admin}, "everything"},
 }
 

@@ -190,15 +190,17 @@ func For(u User, protected []string) Permissions {
 		}
 		var deny []string
 		if u.Ordered {
-			// The client names ordered consumers, so the allow list
-			// cannot pin the name: every protected consumer is denied
-			// (a create under an existing name updates it, a pull takes
-			// its messages, an ack drops them), its own durable aside.
+			// The client names ordered consumers (and deletes each one it
+			// replaces), so the allow list cannot pin the name: every
+			// protected consumer is denied (a create under an existing
+			// name updates it, a pull takes its messages, a delete stops
+			// its reader), its own durable aside. Acks are never allowed:
+			// ordered consumers do not ack.
 			// Only the named create is allowed: the nameless one takes
 			// the name from the request body, where no permission looks.
 			for _, st := range []string{FlowsStream, MetersStream} {
 				p = append(p, "$JS.API.CONSUMER.CREATE."+st+".*", "$JS.API.CONSUMER.CREATE."+st+".*.>",
-					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*")
+					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*", "$JS.API.CONSUMER.DELETE."+st+".*")
 			}
 			for _, c := range protected {
 				if c == u.Durable {
@@ -206,7 +208,7 @@ func For(u User, protected []string) Permissions {
 				}
 				for _, st := range []string{FlowsStream, MetersStream} {
 					deny = append(deny, "$JS.API.CONSUMER.CREATE."+st+"."+c, "$JS.API.CONSUMER.CREATE."+st+"."+c+".>",
-						"$JS.API.CONSUMER.MSG.NEXT."+st+"."+c)
+						"$JS.API.CONSUMER.MSG.NEXT."+st+"."+c, "$JS.API.CONSUMER.DELETE."+st+"."+c)
 				}
 			}
 		}

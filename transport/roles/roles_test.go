@@ -73,7 +73,7 @@ func TestProtected(t *testing.T) {
 	prot := roles.Protected(users, "hub")
 	p := roles.For(users[2], prot)
 	for _, c := range []string{"tapflow-collector", "tapflow-collector-meters", "billing", "billing-meters", "hub", "hub-meters", "analytics"} {
-		for _, s := range []string{"$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS." + c, "$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS." + c + ".>", "$JS.API.CONSUMER.MSG.NEXT.TAPFLOW_METERS." + c} {
+		for _, s := range []string{"$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS." + c, "$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS." + c + ".>", "$JS.API.CONSUMER.MSG.NEXT.TAPFLOW_METERS." + c, "$JS.API.CONSUMER.DELETE.TAPFLOW_FLOWS." + c} {
 			if !slices.Contains(p.PublishDeny, s) {
 				t.Errorf("ordered subscriber not denied %s", s)
 			}
@@ -85,7 +85,7 @@ func TestProtected(t *testing.T) {
 		}
 	}
 	for _, s := range p.Publish {
-		if s == "$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS" || strings.Contains(s, ".DELETE.") || strings.Contains(s, ".DURABLE.") {
+		if s == "$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS" || strings.Contains(s, ".DURABLE.") {
 			t.Errorf("ordered subscriber allowed %s", s)
 		}
 	}

@@ -11,16 +11,17 @@
 // whole name: a subscriber's pre-created durable is allowed by name, and
 // an ordered subscriber, whose consumers the client names, is refused
 // every consumer the fleet protects (each collector's durables, each
-// subscriber's durable, whatever they are configured to), never allowed
-// to delete one, and never allowed the nameless create whose name rides
-// in the request body.
+// subscriber's durable, whatever they are configured to: to create,
+// pull from or delete), and never allowed the nameless create whose name
+// rides in the request body. The docs' nats-server configuration is
+// run by TestRolesOnExternalServer on Debian's nats-server, every
+// forbidden action tried.
 package roles
 
 //go:generate go run ./internal/rolesdoc ../..
 
 import (
 	"encoding/base64"
-	"fmt"
 	"slices"
 )
 
@@ -36,9 +37,6 @@ const (
 	Admin      Role = "admin"      // operators, tapflow dlq: everything
 )
 
-// All lists the roles in the order the docs show them.
-var All = []Role{Agent, Collector, Inventory, Subscriber, Admin}
-
 // Names the permissions refer to. transport and enrich/provider/natsinv
 // define the same names; roles_test checks they agree.
 const (
@@ -51,15 +49,14 @@ const (
 	DefaultDurable      = "tapflow-collector"
 	MetersDurableSuffix = "-meters"
 
-	InventoryBucket      = "TAPFLOW_INVENTORY"
-	InventoryStream      = "OBJ_" + InventoryBucket
-	InventoryObject      = "snapshot"
-	LeaseBucket          = "TAPFLOW_INVENTORY_LEASE"
-	LeaseStream          = "KV_" + LeaseBucket
-	InventoryDelta       = "tapflow.inventory.delta"
-	InventoryCurrent     = "tapflow.inventory.current"
-	InventoryLookup      = "tapflow.inventory.lookup"
-	InventoryLookupQueue = "tapflow-inventory-serve"
+	InventoryBucket  = "TAPFLOW_INVENTORY"
+	InventoryStream  = "OBJ_" + InventoryBucket
+	InventoryObject  = "snapshot"
+	LeaseBucket      = "TAPFLOW_INVENTORY_LEASE"
+	LeaseStream      = "KV_" + LeaseBucket
+	InventoryDelta   = "tapflow.inventory.delta"
+	InventoryCurrent = "tapflow.inventory.current"
+	InventoryLookup  = "tapflow.inventory.lookup"
 )
 
 // InventoryMeta is the subject each put of the inventory snapshot
@@ -216,9 +213,3 @@ func For(u User, protected []string) Permissions {
 	}
 	return Permissions{Publish: []string{">"}, Subscribe: []string{">"}} // admin
 }
-
-// Valid reports whether r is a role.
-func Valid(r Role) bool { return slices.Contains(All, r) }
-
-// String names u for error messages.
-func (u User) String() string { return fmt.Sprintf("%s (role %s)", u.Name, u.Role) }

@@ -173,8 +173,7 @@ func For(u User, protected []string) Permissions {
 		// "still current" notes, and answers to lookups.
 		p := info(InventoryStream, LeaseStream)
 		for _, st := range []string{InventoryStream, LeaseStream} {
-			p = append(p, "$JS.API.STREAM.CREATE."+st, "$JS.API.STREAM.UPDATE."+st,
-				"$JS.API.DIRECT.GET."+st, "$JS.API.DIRECT.GET."+st+".>", "$JS.API.STREAM.MSG.GET."+st)
+			p = append(p, "$JS.API.STREAM.CREATE."+st, "$JS.API.STREAM.UPDATE."+st, "$JS.API.DIRECT.GET."+st+".>")
 		}
 		p = append(p, "$JS.API.STREAM.PURGE."+InventoryStream, "$O."+InventoryBucket+".>", "$KV."+LeaseBucket+".>",
 			InventoryDelta, InventoryCurrent)

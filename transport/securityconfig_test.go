@@ -72,6 +72,14 @@ func TestValidateSecurity(t *testing.T) {
 		{"unknown role", func(c *transport.Config) {
 			c.Listen, c.Server.Users = "127.0.0.1:0", []transport.ServerUser{{User: "a", PasswordFile: secret, Role: "root"}}
 		}, []string{"server.users[0].role"}},
+		{"subscriber on the collector's custom durable", func(c *transport.Config) {
+			c.Listen, c.Collector.Durable = "127.0.0.1:0", "billing"
+			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", Durable: "billing"}}
+		}, []string{"server.users[0].durable", `"billing" is a collector's consumer`}},
+		{"subscriber on the default collector's meters durable", func(c *transport.Config) {
+			c.Listen = "127.0.0.1:0"
+			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", Durable: "tapflow-collector-meters"}}
+		}, []string{"server.users[0].durable", "collector's consumer"}},
 		{"user with password and nkey", func(c *transport.Config) {
 			c.Listen, c.Server.Users = "127.0.0.1:0", []transport.ServerUser{{User: "a", PasswordFile: secret, Nkey: "UABC", Role: "admin"}}
 		}, []string{"exactly one of password_file and nkey"}},

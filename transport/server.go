@@ -138,6 +138,10 @@ func (c Config) validateServer(e *units.Errors) {
 		}
 	}
 	seen := map[string]bool{}
+	ru := make([]roles.User, len(s.Users))
+	for i, u := range s.Users {
+		ru[i] = roleUser(u)
+	}
 	for i, u := range s.Users {
 		key := fmt.Sprintf("server.users[%d]", i)
 		if !userName.MatchString(u.User) {
@@ -167,6 +171,10 @@ func (c Config) validateServer(e *units.Errors) {
 		case RoleCollector, RoleSubscriber:
 			if u.Durable != "" && !subjectToken(u.Durable) {
 				e.Add(key+".durable", fmt.Sprintf("%q: not a consumer name", u.Durable), "use letters, digits, - and _")
+			}
+			if u.Role == RoleSubscriber && u.Durable != "" && roles.CollectorConsumer(u.Durable, ru, c.Collector.Durable) {
+				e.Add(key+".durable", fmt.Sprintf("%q is a collector's consumer: the subscriber could take and ack the collector's messages", u.Durable),
+					"give the subscriber a durable of its own (an admin creates it: nats consumer add TAPFLOW_FLOWS <name> --pull --ack explicit)")
 			}
 		case RoleAdmin, RoleInventory:
 		default:

@@ -115,5 +115,10 @@ func natsConfigUsers(agents, collectors []string, inventoryUser string, subscrib
 			return nil, err
 		}
 	}
+	for _, u := range users {
+		if u.Role == roles.Subscriber && u.Durable != "" && roles.CollectorConsumer(u.Durable, users) {
+			return nil, usageErr("--subscriber %s=%s: %q is a collector's consumer; give the subscriber a durable of its own", u.Name, u.Durable, u.Durable)
+		}
+	}
 	return users, nil
 }

@@ -24,6 +24,7 @@ func TestNATSConfig(t *testing.T) {
 			[]string{`"$JS.API.CONSUMER.MSG.NEXT.TAPFLOW_FLOWS.billing"`, `"$JS.API.CONSUMER.DELETE.TAPFLOW_METERS.billing-meters"`, `"$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS.billing.>"`}},
 		{"no agent", []string{"--ordered", "tap"}, exitUsage, []string{"no --agent"}},
 		{"wildcard node", []string{"--agent", "cmp.>"}, exitUsage, []string{`"cmp.>" is not a usable NATS name`}},
+		{"subscriber on the collector's durable", []string{"--agent", "a", "--collector", "collector=billing", "--subscriber", "an=billing-meters"}, exitUsage, []string{`"billing-meters" is a collector's consumer`}},
 		{"user twice", []string{"--agent", "a", "--ordered", "ops"}, exitUsage, []string{`user "ops" given twice`}},
 	}
 	for _, c := range cases {

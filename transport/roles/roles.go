@@ -212,3 +212,23 @@ func For(u User, protected []string) Permissions {
 	}
 	return Permissions{Publish: []string{">"}, Subscribe: []string{">"}} // admin
 }
+
+// CollectorConsumer reports whether consumer is a collector's durable
+// (flows or meters) among users and the extra collector durables.
+func CollectorConsumer(consumer string, users []User, extra ...string) bool {
+	is := func(d string) bool { c := CollectorDurables(d); return consumer == c[0] || consumer == c[1] }
+	if is("") {
+		return true
+	}
+	for _, d := range extra {
+		if is(d) {
+			return true
+		}
+	}
+	for _, u := range users {
+		if u.Role == Collector && is(u.Durable) {
+			return true
+		}
+	}
+	return false
+}

@@ -131,8 +131,9 @@ var rows = []row{
 	{"admin (operators, `tapflow dlq`)", User{Name: "<user>", Role: Admin}, "everything"},
 }
 
-// Table is the permission table in Markdown; roles limits it to those
-// roles (none: all).
+// Table is the permission table in Markdown, with placeholders for what
+// varies (<node>, <durable>, <user>, <protected>); only limits it to
+// those roles (none: all).
 func Table(only ...Role) string {
 	var b strings.Builder
 	b.WriteString("| role | publishes | publish denied | subscribes | what for |\n|---|---|---|---|---|\n")

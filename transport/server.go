@@ -114,7 +114,10 @@ func RolePermissions(u ServerUser) Permissions {
 				"$JS.API.CONSUMER.DURABLE.CREATE."+c[0]+"."+c[1])
 			p = append(p, consume(c[0], c[1])...)
 		}
-		p = append(p, "tapflow.dlq.>")
+		// Dead letters on tapflow.dlq.<kind>.<node> (DLQSubject), each
+		// sender's oldest beyond collector.dlq_letters_per_node read and
+		// deleted, and the eviction tallies (consume/dlq.go).
+		p = append(p, DLQSubjectRoot+".>", "$JS.API.STREAM.MSG.GET."+DLQStream, "$JS.API.STREAM.MSG.DELETE."+DLQStream)
 		return Permissions{Publish: p, Subscribe: []string{inbox}}
 	case RoleSubscriber:
 		p := info(FlowsStream, MetersStream)

@@ -27,10 +27,15 @@ const (
 	// max_clock_skew] (a skewed agent clock, or garbage that would become
 	// a bogus partition).
 	ReasonTime = "time"
+	// ReasonEmpty: a message with no records (an empty body, or an Arrow
+	// stream of no rows). Agents never publish one; acking it would let a
+	// publisher burn message ids (another agent's <agent_id>-<batch_seq>
+	// within the duplicate window) without a trace. Nothing to replay.
+	ReasonEmpty = "empty"
 )
 
 // Reasons lists every reason, in the order they are checked.
-var Reasons = []string{ReasonPoison, ReasonDecode, ReasonSize, ReasonIdentity, ReasonTime}
+var Reasons = []string{ReasonPoison, ReasonDecode, ReasonSize, ReasonEmpty, ReasonIdentity, ReasonTime}
 
 // Identity is what the per-message checks read from one record.
 type Identity struct {
@@ -73,7 +78,10 @@ func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now 
 		return reject(ReasonSize, "%d records, more than collector.max_batch_records %d", n, lim.MaxRecords)
 	}
 	if n == 0 {
-		return nil // nothing to write, nothing to misattribute
+		if msgID == "" {
+			return reject(ReasonEmpty, "no records and no Nats-Msg-Id: an agent never publishes an empty batch")
+		}
+		return reject(ReasonEmpty, "no records under Nats-Msg-Id %q: an agent never publishes an empty batch; acked, it would burn that id for its owner within the duplicate window", msgID)
 	}
 	node := subject[strings.LastIndexByte(subject, '.')+1:]
 	first := ident(&recs[0])

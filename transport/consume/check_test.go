@@ -35,7 +35,8 @@ func TestCheck(t *testing.T) {
 		errHas  string
 	}{
 		{"good", batch(10), subject, id, "", ""},
-		{"empty message", nil, subject, "", "", ""},
+		{"empty message", nil, subject, "", consume.ReasonEmpty, "no records and no Nats-Msg-Id"},
+		{"empty message under an id", nil, subject, "cmp2-7", consume.ReasonEmpty, `"cmp2-7"`},
 		{"exactly max records", batch(100), subject, id, "", ""},
 		{"record indexes in any order", func() []schemas.Flow { r := batch(3); r[0].RecordIndex, r[2].RecordIndex = 2, 0; return r }(), subject, id, "", ""},
 		{"time_end at the skew edge", func() []schemas.Flow { r := batch(2); r[1].TimeEnd = checkNow.Add(time.Hour).UnixMicro(); return r }(), subject, id, "", ""},

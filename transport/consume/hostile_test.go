@@ -47,7 +47,7 @@ func encodeFlows(t *testing.T, recs []schemas.Flow) []byte {
 
 // TestHostileMessagesGoToDLQ: against a real server, every kind of broken
 // or hostile message between good batches goes whole (body and original
-// headers) to tapflow.dlq.flows with its reason, is counted by reason and
+// headers) to tapflow.dlq.flows.<node> with its reason, is counted by reason and
 // terminated; the good batches all arrive; the collector neither crashes
 // nor holds anything back.
 func TestHostileMessagesGoToDLQ(t *testing.T) {
@@ -115,6 +115,13 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 		{"dictionary bomb: 2 MiB in a few KB of lz4", "cmp1", "cmp1-19", craft(t, stamped(10, "cmp1", 19, now), "server_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20))), ipc.WithLZ4()), consume.ReasonSize},
 		{"good, plain utf8 (agent before wire dictionaries)", "cmp1", "cmp1-18", encodePlain(t, stamped(50, "cmp1", 18, now)), ""},
+		// Empty batches (issue 25 item 5): acked, they would burn the
+		// message id for its owner within the duplicate window.
+		{"empty body under another agent's next id", "cmp1", "cmp2-21", []byte{}, consume.ReasonEmpty},
+		{"empty body, no id", "cmp1", "", nil, consume.ReasonEmpty},
+		{"arrow stream of 0 rows under another agent's id", "cmp1", "cmp2-22", encodeFlows(t, []schemas.Flow{}), consume.ReasonEmpty},
+		{"arrow stream of 0 rows under its own id", "cmp1", "cmp1-23", encodePlain(t, []schemas.Flow{}), consume.ReasonEmpty},
+		good(10, 24),
 	}
 	want := map[string]int{}
 	wantRecords := 0
@@ -174,7 +181,7 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 	}
 	byName := map[string]*js.RawStreamMsg{}
 	for seq := uint64(1); ; {
-		m, err := dlq.GetMsg(context.Background(), seq, js.WithGetMsgSubject(transport.DLQFlowsSubject))
+		m, err := dlq.GetMsg(context.Background(), seq, js.WithGetMsgSubject(transport.DLQFlowsSubject+".>"))
 		if err != nil {
 			break
 		}

@@ -69,7 +69,7 @@ func reject(reason, format string, a ...any) *Rejection {
 }
 
 // Check runs the per-message checks on the decoded records of one message
-// received on subject with Nats-Msg-Id msgID, in order size, identity,
+// received on subject with Nats-Msg-Id msgID, in order size, empty, identity,
 // time; it returns the first failure, or nil. It reads each record once
 // and allocates one bit per record.
 func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now time.Time, lim Limits) *Rejection {

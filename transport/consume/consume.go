@@ -276,6 +276,8 @@ type SourceOf[T any] struct {
 	rejectLog  map[string]*transport.RateLog // one line per reason per 10 s: a hostile flood cannot flood the log
 
 	evictLog transport.RateLog
+	dlqMu    sync.Mutex
+	dlqSt    jetstream.Stream // TAPFLOW_DLQ, once looked up (dlq.go)
 
 	stateDir string  // poison marker directory; "" disables poison detection
 	marker   *marker // open while Run runs (fetch goroutine only)

@@ -32,6 +32,21 @@ import (
 // collectors update at the same moment.
 const tallyAttempts = 5
 
+// dlqStream is the TAPFLOW_DLQ handle, looked up once (a stream info
+// request) and reused: only its name is used, every count is asked anew.
+func (s *SourceOf[T]) dlqStream(ctx context.Context) (jetstream.Stream, error) {
+	s.dlqMu.Lock()
+	defer s.dlqMu.Unlock()
+	if s.dlqSt == nil {
+		st, err := s.js.Stream(ctx, transport.DLQStream)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", transport.DLQStream, err)
+		}
+		s.dlqSt = st
+	}
+	return s.dlqSt, nil
+}
+
 // trimDLQ deletes the oldest letters on subject beyond
 // DLQLettersPerNode and tallies them. Failures are logged: a sender left
 // over its bound is trimmed at its next letter.
@@ -58,9 +73,9 @@ func (s *SourceOf[T]) trimDLQ(subject string) {
 
 func (s *SourceOf[T]) evictOldest(ctx context.Context, subject, sender string) (transport.DLQEvictions, error) {
 	ev := transport.DLQEvictions{Sender: sender, Stream: s.st.Name, ByReason: map[string]uint64{}}
-	st, err := s.js.Stream(ctx, transport.DLQStream)
+	st, err := s.dlqStream(ctx)
 	if err != nil {
-		return ev, fmt.Errorf("open %s: %w", transport.DLQStream, err)
+		return ev, err
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
@@ -112,7 +127,7 @@ func (s *SourceOf[T]) evictOldest(ctx context.Context, subject, sender string) (
 // replaced by a new one published only if the subject's last sequence is
 // still the one read (collectors update it concurrently).
 func (s *SourceOf[T]) addTally(ctx context.Context, subject string, ev transport.DLQEvictions) error {
-	st, err := s.js.Stream(ctx, transport.DLQStream)
+	st, err := s.dlqStream(ctx)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,7 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 			})
 
 			// cmp1: garbage on its own subject, 1 MiB each, 40 MiB in all.
+			start := time.Now()
 			body := make([]byte, 1<<20)
 			for i := 1; i <= garbage; i++ {
 				_, _ = rand.Read(body)
@@ -122,6 +123,7 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 				}
 			}
 			wait("cmp1's evictions", func() bool { return evictions() >= garbage-perNode })
+			flood := time.Since(start)
 			wait("the consumer to finish", func() bool {
 				c, err := s.JS.Consumer(ctx, transport.FlowsStream, cfg.Durable)
 				if err != nil {
@@ -191,8 +193,8 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 			if info.State.Bytes > dlqMax {
 				t.Errorf("DLQ holds %d bytes, more than its %d", info.State.Bytes, dlqMax)
 			}
-			t.Logf("DLQ after the flood: %d messages, %d bytes (max %d); cmp1 evicted %d letters (%d bytes), cmp2 kept %d",
-				info.State.Msgs, info.State.Bytes, dlqMax, e.Letters, e.Bytes, len(cmp2))
+			t.Logf("DLQ after the flood: %d messages, %d bytes (max %d); cmp1 evicted %d letters (%d bytes), cmp2 kept %d; %d MiB published and dead-lettered in %s",
+				info.State.Msgs, info.State.Bytes, dlqMax, e.Letters, e.Bytes, len(cmp2), garbage, flood.Round(time.Millisecond))
 		})
 	}
 }

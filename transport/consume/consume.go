@@ -374,12 +374,12 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		poison: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_poison_total", ConstLabels: l,
 			Help: "Messages dead-lettered undecoded (reason poison): delivered more than collector.poison_deliveries times, and this collector's process died decoding them before."}),
 		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_errors_total", ConstLabels: l, Help: "Dead-letter publishes that failed (the message is nacked and retried)."}),
+		naks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
+		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
+		progress:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_in_progress_acks_total", ConstLabels: l, Help: "In-progress acks sent for held messages (keeps JetStream from redelivering them while their file is open or uploading)."}),
+		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_evictions_total", ConstLabels: l,
 			Help: "Dead letters deleted from TAPFLOW_DLQ because their sender held more than collector.dlq_letters_per_node (its own oldest first); per sender: tapflow dlq inspect."}),
-		naks:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_naks_total", ConstLabels: l, Help: "Messages nacked because the sink could not commit them."}),
-		pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
-		progress: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_in_progress_acks_total", ConstLabels: l, Help: "In-progress acks sent for held messages (keeps JetStream from redelivering them while their file is open or uploading)."}),
-		heldG:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 	}
 	if opts.Registry != nil {
 		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
@@ -587,7 +587,7 @@ func (s *SourceOf[T]) poisoned(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 	// message must not be decoded at its next delivery either.
 	s.log.Error("poison message: the collector process died decoding it before; moved undecoded to the dead-letter subject",
 		"stream_seq", seq, "msg_id", id, "agent", agent, "subject", msg.Subject(), "deliveries", md.NumDelivered,
-		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", s.st.DLQ,
+		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", transport.DLQSubject(s.st.DLQ, msg.Subject()),
 		"inspect", "tapflow dlq inspect --reason "+ReasonPoison)
 	s.deadLetter(msg, seq, ReasonPoison, fmt.Errorf("delivered %d times (collector.poison_deliveries %d); a collector process died decoding it", md.NumDelivered, s.cfg.PoisonDeliveries))
 }
@@ -639,7 +639,7 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 	}
 	if ok, suppressed := s.rejectLog[reason].Allow(10 * time.Second); ok && reason != ReasonPoison { // poisoned logged it
 		s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
-			"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
+			"bytes", len(msg.Data()), "dlq", transport.DLQSubject(s.st.DLQ, msg.Subject()), "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
 			"rejections_not_logged", suppressed)
 	}
 	dl := &nats.Msg{Subject: transport.DLQSubject(s.st.DLQ, msg.Subject()), Data: msg.Data(), Header: nats.Header{}}

@@ -5,6 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Reasons a message is dead-lettered: the Tapflow-Reason header and the
@@ -119,6 +123,28 @@ func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now 
 	// identity is checked on every record before a time failure counts:
 	// a message that is not what it claims is an identity problem.
 	return timeErr
+}
+
+// CheckHeaders checks the batch headers subscribers read before decoding
+// and dedupe on (Tapflow-Agent, Tapflow-Batch-Seq, Tapflow-Records:
+// docs/subscribers.md) against the records Check accepted: every value
+// present must be the records' agent_id, batch_seq and count. A message
+// whose headers name another agent's batch would make such a subscriber
+// skip that agent's real batch as a repeat. Headers left out (agents
+// before them) are not required.
+func CheckHeaders(h nats.Header, first Identity, n int) *Rejection {
+	for _, c := range []struct{ key, want string }{
+		{transport.HeaderAgent, first.AgentID},
+		{transport.HeaderBatchSeq, strconv.FormatInt(first.BatchSeq, 10)},
+		{transport.HeaderRecords, strconv.Itoa(n)},
+	} {
+		for _, v := range h.Values(c.key) {
+			if v != c.want {
+				return reject(ReasonIdentity, "header %s %q, the records say %q: the batch headers must describe the message's own records", c.key, v, c.want)
+			}
+		}
+	}
+	return nil
 }
 
 func timeRejection(i int, te int64, now time.Time, lim Limits) *Rejection {

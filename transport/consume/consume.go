@@ -544,6 +544,10 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		s.deadLetter(msg, seq, rej.Reason, rej.Err)
 		return
 	}
+	if rej := CheckHeaders(msg.Headers(), s.st.Identity(&recs[0]), len(recs)); rej != nil {
+		s.deadLetter(msg, seq, rej.Reason, rej.Err)
+		return
+	}
 	// From here on only the ack handle refers to the message: its payload
 	// is garbage once decoded, though the ack waits for the file commit.
 	h := newAckHandle(s.js.Conn(), msg.Reply())

@@ -122,11 +122,25 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 		{"arrow stream of 0 rows under another agent's id", "cmp1", "cmp2-22", encodeFlows(t, []schemas.Flow{}), consume.ReasonEmpty},
 		{"arrow stream of 0 rows under its own id", "cmp1", "cmp1-23", encodePlain(t, []schemas.Flow{}), consume.ReasonEmpty},
 		good(10, 24),
+		// Batch headers naming another batch: subscribers dedupe on them.
+		{"Tapflow-Agent of another agent", "cmp1", "cmp1-25", encodeFlows(t, stamped(10, "cmp1", 25, now)), consume.ReasonIdentity},
+		{"Tapflow-Batch-Seq of another batch", "cmp1", "cmp1-26", encodeFlows(t, stamped(10, "cmp1", 26, now)), consume.ReasonIdentity},
+		{"second Tapflow-Agent value", "cmp1", "cmp1-27", encodeFlows(t, stamped(10, "cmp1", 27, now)), consume.ReasonIdentity},
+		{"good, with its batch headers", "cmp1", "cmp1-28", encodeFlows(t, stamped(10, "cmp1", 28, now)), ""},
+	}
+	headers := map[string]nats.Header{
+		"Tapflow-Agent of another agent":     transport.BatchHeader("flow.v1", "zstd", "cmp2", 25, 10),
+		"Tapflow-Batch-Seq of another batch": transport.BatchHeader("flow.v1", "zstd", "cmp1", 17, 10),
+		"second Tapflow-Agent value":         {transport.HeaderAgent: {"cmp1", "cmp2"}},
+		"good, with its batch headers":       transport.BatchHeader("flow.v1", "zstd", "cmp1", 28, 10),
 	}
 	want := map[string]int{}
 	wantRecords := 0
 	for _, h := range cases {
 		m := &nats.Msg{Subject: transport.FlowsSubject(h.node), Data: h.body, Header: nats.Header{}}
+		for k, v := range headers[h.name] {
+			m.Header[k] = v
+		}
 		m.Header.Set("X-Tapflow-Test", h.name)
 		var opts []js.PublishOpt
 		if h.msgID != "" {

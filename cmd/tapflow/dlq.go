@@ -25,7 +25,7 @@ const dlqLong = `Dead letters: messages the collector rejected and moved whole, 
 original headers and the reason, to TAPFLOW_DLQ (docs/delivery.md, Dead
 letters). Reasons: decode (not a tapflow batch), size (over
 collector.max_message_bytes or max_batch_records), identity (records do not
-match the subject's node or the Nats-Msg-Id), time (time_end beyond
+match the subject's node, the Nats-Msg-Id or the batch headers), time (time_end beyond
 collector.max_clock_skew ahead or max_record_age old), poison (a collector
 process died decoding it, and it was delivered more than
 collector.poison_deliveries times: keep it for the bug report), empty (no

@@ -24,8 +24,9 @@ const (
 	ReasonSize = "size"
 	// ReasonIdentity: the records do not belong to the message: node
 	// differs from the subject's, Nats-Msg-Id is not <agent_id>-<batch_seq>
-	// of every record, record_index is not 0..n-1, or (agent_id_is_node)
-	// agent_id is not the subject's node.
+	// of every record, record_index is not 0..n-1, (agent_id_is_node)
+	// agent_id is not the subject's node, or a batch header names another
+	// batch (CheckHeaders).
 	ReasonIdentity = "identity"
 	// ReasonTime: a time_end outside [now − max_record_age, now +
 	// max_clock_skew] (a skewed agent clock, or garbage that would become

@@ -32,8 +32,13 @@ const (
 	MetersStream      = "TAPFLOW_METERS"
 	MetersSubjectRoot = "tapflow.meters.v1"
 	DLQStream         = "TAPFLOW_DLQ"
-	DLQFlowsSubject   = "tapflow.dlq.flows"
-	DLQMetersSubject  = "tapflow.dlq.meters"
+	DLQSubjectRoot    = "tapflow.dlq"
+	DLQFlowsSubject   = DLQSubjectRoot + ".flows"  // + ".<sender>": DLQSubject
+	DLQMetersSubject  = DLQSubjectRoot + ".meters" // + ".<sender>": DLQSubject
+	// DLQEvictedRoot + ".<flows|meters>.<sender>" holds one tally per
+	// sender of the dead letters evicted to keep it within
+	// collector.dlq_letters_per_node: DLQEvictedSubject.
+	DLQEvictedRoot    = DLQSubjectRoot + ".evicted"
 	HeaderOrigSubject = "Tapflow-Original-Subject"
 	HeaderOrigSeq     = "Tapflow-Original-Sequence"
 	HeaderError       = "Tapflow-Error"
@@ -53,6 +58,42 @@ func FlowsSubject(node string) string { return FlowsSubjectRoot + "." + node }
 
 // MetersSubject is the subject an agent on node publishes meters to.
 func MetersSubject(node string) string { return MetersSubjectRoot + "." + node }
+
+// DLQSender is who sent a message on subject, for dead-letter
+// accounting: the token after the flows or meters root, which per-node
+// publish permissions bind to one agent (FlowsSubject). A subject outside
+// both roots is "_other".
+func DLQSender(subject string) string {
+	for _, root := range []string{FlowsSubjectRoot, MetersSubjectRoot} {
+		if rest, ok := strings.CutPrefix(subject, root+"."); ok {
+			if i := strings.IndexByte(rest, '.'); i >= 0 {
+				rest = rest[:i]
+			}
+			if rest != "" {
+				return rest
+			}
+		}
+	}
+	return "_other"
+}
+
+// DLQSubject is the subject the collector dead-letters a message received
+// on origSubject to: dlqPrefix (DLQFlowsSubject or DLQMetersSubject) and
+// the sender, so each sender's letters can be counted and bounded apart
+// from the others' (one agent's garbage cannot evict another's letters).
+// Older collectors used dlqPrefix alone; those letters stay readable.
+func DLQSubject(dlqPrefix, origSubject string) string {
+	return dlqPrefix + "." + DLQSender(origSubject)
+}
+
+// DLQEvictedSubject holds the eviction tally of sender's letters under
+// dlqPrefix (DLQFlowsSubject or DLQMetersSubject).
+func DLQEvictedSubject(dlqPrefix, sender string) string {
+	return DLQEvictedRoot + "." + strings.TrimPrefix(dlqPrefix, DLQSubjectRoot+".") + "." + sender
+}
+
+// DLQMaxBytes is the default cap of TAPFLOW_DLQ (nats.dlq_max_bytes).
+const DLQMaxBytes = 1 << 30
 
 // Config is the `nats:` section.
 type Config struct {
@@ -77,6 +118,11 @@ type Config struct {
 	StreamMaxBytes units.ByteSize `yaml:"stream_max_bytes"`
 	// MetersStreamMaxBytes caps the backlog of TAPFLOW_METERS (default 1GiB).
 	MetersStreamMaxBytes units.ByteSize `yaml:"meters_stream_max_bytes"`
+	// DLQMaxBytes caps TAPFLOW_DLQ (default 1GiB). When full, new dead
+	// letters are refused (the message stays in its stream, retried)
+	// rather than anyone's older letters discarded; one sender holds at
+	// most collector.dlq_letters_per_node letters (docs/delivery.md).
+	DLQMaxBytes units.ByteSize `yaml:"dlq_max_bytes"`
 	// Replicas is how many copies of each stream (and of the durable
 	// consumers, which inherit it) a NATS cluster keeps: 1, 3 or 5
 	// (default 1). More than 1 needs a JetStream cluster of at least that
@@ -129,6 +175,7 @@ func DefaultConfig() Config {
 		Codec:                schemas.CodecLZ4,
 		StreamMaxBytes:       10 << 30,
 		MetersStreamMaxBytes: MetersMaxBytes,
+		DLQMaxBytes:          DLQMaxBytes,
 		Replicas:             1,
 		DuplicateWindow:      units.Duration(2 * time.Minute),
 		PublishTimeout:       units.Duration(10 * time.Second),
@@ -147,6 +194,9 @@ func (c Config) Validate() error {
 	}
 	if c.MetersStreamMaxBytes < 16<<20 {
 		e.Add("meters_stream_max_bytes", fmt.Sprintf("%s: too small", c.MetersStreamMaxBytes), "use at least 16MiB, e.g. 1GiB")
+	}
+	if c.DLQMaxBytes != 0 && c.DLQMaxBytes < 16<<20 {
+		e.Add("dlq_max_bytes", fmt.Sprintf("%s: too small", c.DLQMaxBytes), "use at least 16MiB, e.g. 1GiB")
 	}
 	switch c.Replicas {
 	case 1, 3, 5:
@@ -501,12 +551,21 @@ func clientOptions(cfg Config, name string, log *slog.Logger) []nats.Option {
 // (the agent retries and spools) instead of silently dropping old batches.
 // Not work-queue retention: it allows only one consumer per subject, which
 // would lock out other subscribers (SubscriberConsumer). TAPFLOW_DLQ keeps
-// limits retention: dead letters stay 14 days whether read or not.
+// limits retention: dead letters stay 14 days whether read or not. Its
+// DiscardNew means a full DLQ refuses a new letter (the collector nacks
+// the message, which stays in its stream) instead of evicting the oldest
+// letter, whoever sent it; each sender's share is bounded by the
+// collector (collector.dlq_letters_per_node on its own subject,
+// DLQSubject), not by the stream.
 func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 	replicas := max(cfg.Replicas, 1)
 	metersMax := int64(cfg.MetersStreamMaxBytes)
 	if metersMax == 0 {
 		metersMax = MetersMaxBytes
+	}
+	dlqMax := int64(cfg.DLQMaxBytes)
+	if dlqMax == 0 {
+		dlqMax = DLQMaxBytes
 	}
 	return []jetstream.StreamConfig{{
 		Name:        FlowsStream,
@@ -531,11 +590,12 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 	}, {
 		Name:        DLQStream,
 		Description: "tapflow messages the collector refused (decode, size, identity, time), whole, with the reason in headers",
-		Subjects:    []string{"tapflow.dlq.>"},
+		Subjects:    []string{DLQSubjectRoot + ".>"},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew, // no sender's letter is evicted by another's
 		MaxAge:      14 * 24 * time.Hour,
-		MaxBytes:    1 << 30,
+		MaxBytes:    dlqMax,
 		Replicas:    replicas,
 	}}
 }

@@ -26,7 +26,8 @@ func TestEnsureStreams(t *testing.T) {
 	}{
 		{transport.FlowsStream, transport.FlowsSubject("cmp-1"), int64(transport.DefaultConfig().StreamMaxBytes)},
 		{transport.MetersStream, transport.MetersSubject("cmp-1"), transport.MetersMaxBytes},
-		{transport.DLQStream, transport.DLQMetersSubject, 1 << 30},
+		{transport.DLQStream, transport.DLQSubject(transport.DLQMetersSubject, transport.MetersSubject("cmp-1")), 1 << 30},
+		{transport.DLQStream, transport.DLQEvictedSubject(transport.DLQFlowsSubject, "cmp-1"), 1 << 30},
 		{transport.DLQStream, transport.DLQFlowsSubject, 1 << 30},
 	} {
 		t.Run(tc.stream+"/"+tc.subject, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 	"github.com/tapflow/tapflow/transport/dlq"
 )
@@ -22,10 +25,16 @@ const dlqLong = `Dead letters: messages the collector rejected and moved whole, 
 original headers and the reason, to TAPFLOW_DLQ (docs/delivery.md, Dead
 letters). Reasons: decode (not a tapflow batch), size (over
 collector.max_message_bytes or max_batch_records), identity (records do not
-match the subject's node or the Nats-Msg-Id), time (time_end beyond
+match the subject's node, the Nats-Msg-Id or the batch headers), time (time_end beyond
 collector.max_clock_skew ahead or max_record_age old), poison (a collector
 process died decoding it, and it was delivered more than
-collector.poison_deliveries times: keep it for the bug report).
+collector.poison_deliveries times: keep it for the bug report), empty (no
+records: nothing to replay).
+
+Each sender (node) keeps at most collector.dlq_letters_per_node letters: the
+collector deletes a sender's own oldest beyond that, never another's.
+inspect ends with those evictions per sender (letters, bytes, records,
+reasons).
 
   inspect  list dead letters: DLQ seq, time, reason, original subject,
            message id, bytes, records (when decodable) and the error; read-only
@@ -160,7 +169,61 @@ func dlqInspect(ctx context.Context, js jetstream.JetStream, f dlq.Filter, forma
 		return exitRuntime
 	}
 	fmt.Fprintf(stderr, "%d dead letter(s), %d bytes\n", n, bytes)
+	if len(f.Seqs) > 0 {
+		return exitOK
+	}
+	evs, err := dlq.Evictions(ctx, js)
+	if err != nil {
+		fmt.Fprintf(stderr, "tapflow dlq inspect: evictions: %v\n", err)
+		return exitRuntime
+	}
+	shown, evicted := 0, uint64(0)
+	for _, e := range evs {
+		if !evictionSelected(f, e) {
+			continue
+		}
+		if shown == 0 && format == "table" {
+			fmt.Fprintf(stdout, "\nevicted (a sender's own oldest letters beyond collector.dlq_letters_per_node):\n%-24s  %-14s  %8s  %12s  %10s  %-20s  %-28s  %s\n",
+				"sender", "stream", "letters", "bytes", "records", "last", "last_msg_id", "by_reason")
+		}
+		shown++
+		evicted += e.Letters
+		if format == "json" {
+			if err := enc.Encode(struct {
+				Evicted transport.DLQEvictions `json:"evicted"`
+			}{e}); err != nil {
+				return exitRuntime
+			}
+			continue
+		}
+		reasons := make([]string, 0, len(e.ByReason))
+		for _, r := range slices.Sorted(maps.Keys(e.ByReason)) {
+			reasons = append(reasons, fmt.Sprintf("%s=%d", printable(r), e.ByReason[r]))
+		}
+		fmt.Fprintf(stdout, "%-24s  %-14s  %8d  %12d  %10d  %-20s  %-28s  %s\n", printable(e.Sender), printable(e.Stream), e.Letters, e.Bytes, e.Records,
+			e.Last.UTC().Format(time.RFC3339), printable(e.LastMsgID), strings.Join(reasons, " "))
+	}
+	if shown > 0 {
+		fmt.Fprintf(stderr, "%d dead letter(s) evicted from %d sender(s)\n", evicted, shown)
+	}
 	return exitOK
+}
+
+// evictionSelected applies --reason and --subject to a sender's
+// eviction tally (its original subject is the stream's root and the
+// sender).
+func evictionSelected(f dlq.Filter, e transport.DLQEvictions) bool {
+	if f.Reason != "" && e.ByReason[f.Reason] == 0 {
+		return false
+	}
+	if f.Subject == "" {
+		return true
+	}
+	root := transport.FlowsSubjectRoot
+	if e.Stream == transport.MetersStream {
+		root = transport.MetersSubjectRoot
+	}
+	return dlq.SubjectMatch(f.Subject, root+"."+e.Sender)
 }
 
 func dlqReplay(ctx context.Context, js jetstream.JetStream, f dlq.Filter, dryRun bool, timeout time.Duration, format string, stdout, stderr io.Writer) int {

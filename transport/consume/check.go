@@ -5,6 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Reasons a message is dead-lettered: the Tapflow-Reason header and the
@@ -20,17 +24,23 @@ const (
 	ReasonSize = "size"
 	// ReasonIdentity: the records do not belong to the message: node
 	// differs from the subject's, Nats-Msg-Id is not <agent_id>-<batch_seq>
-	// of every record, record_index is not 0..n-1, or (agent_id_is_node)
-	// agent_id is not the subject's node.
+	// of every record, record_index is not 0..n-1, (agent_id_is_node)
+	// agent_id is not the subject's node, or a batch header names another
+	// batch (CheckHeaders).
 	ReasonIdentity = "identity"
 	// ReasonTime: a time_end outside [now − max_record_age, now +
 	// max_clock_skew] (a skewed agent clock, or garbage that would become
 	// a bogus partition).
 	ReasonTime = "time"
+	// ReasonEmpty: a message with no records (an empty body, or an Arrow
+	// stream of no rows). Agents never publish one; acking it would let a
+	// publisher burn message ids (another agent's <agent_id>-<batch_seq>
+	// within the duplicate window) without a trace. Nothing to replay.
+	ReasonEmpty = "empty"
 )
 
 // Reasons lists every reason, in the order they are checked.
-var Reasons = []string{ReasonPoison, ReasonDecode, ReasonSize, ReasonIdentity, ReasonTime}
+var Reasons = []string{ReasonPoison, ReasonDecode, ReasonSize, ReasonEmpty, ReasonIdentity, ReasonTime}
 
 // Identity is what the per-message checks read from one record.
 type Identity struct {
@@ -64,7 +74,7 @@ func reject(reason, format string, a ...any) *Rejection {
 }
 
 // Check runs the per-message checks on the decoded records of one message
-// received on subject with Nats-Msg-Id msgID, in order size, identity,
+// received on subject with Nats-Msg-Id msgID, in order size, empty, identity,
 // time; it returns the first failure, or nil. It reads each record once
 // and allocates one bit per record.
 func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now time.Time, lim Limits) *Rejection {
@@ -73,7 +83,10 @@ func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now 
 		return reject(ReasonSize, "%d records, more than collector.max_batch_records %d", n, lim.MaxRecords)
 	}
 	if n == 0 {
-		return nil // nothing to write, nothing to misattribute
+		if msgID == "" {
+			return reject(ReasonEmpty, "no records and no Nats-Msg-Id: an agent never publishes an empty batch")
+		}
+		return reject(ReasonEmpty, "no records under Nats-Msg-Id %q: an agent never publishes an empty batch; acked, it would burn that id for its owner within the duplicate window", msgID)
 	}
 	node := subject[strings.LastIndexByte(subject, '.')+1:]
 	first := ident(&recs[0])
@@ -111,6 +124,28 @@ func Check[T any](recs []T, ident func(*T) Identity, subject, msgID string, now 
 	// identity is checked on every record before a time failure counts:
 	// a message that is not what it claims is an identity problem.
 	return timeErr
+}
+
+// CheckHeaders checks the batch headers subscribers read before decoding
+// and dedupe on (Tapflow-Agent, Tapflow-Batch-Seq, Tapflow-Records:
+// docs/subscribers.md) against the records Check accepted: every value
+// present must be the records' agent_id, batch_seq and count. A message
+// whose headers name another agent's batch would make such a subscriber
+// skip that agent's real batch as a repeat. Headers left out (agents
+// before them) are not required.
+func CheckHeaders(h nats.Header, first Identity, n int) *Rejection {
+	for _, c := range []struct{ key, want string }{
+		{transport.HeaderAgent, first.AgentID},
+		{transport.HeaderBatchSeq, strconv.FormatInt(first.BatchSeq, 10)},
+		{transport.HeaderRecords, strconv.Itoa(n)},
+	} {
+		for _, v := range h.Values(c.key) {
+			if v != c.want {
+				return reject(ReasonIdentity, "header %s %q, the records say %q: the batch headers must describe the message's own records", c.key, v, c.want)
+			}
+		}
+	}
+	return nil
 }
 
 func timeRejection(i int, te int64, now time.Time, lim Limits) *Rejection {

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
 )
 
@@ -35,7 +38,8 @@ func TestCheck(t *testing.T) {
 		errHas  string
 	}{
 		{"good", batch(10), subject, id, "", ""},
-		{"empty message", nil, subject, "", "", ""},
+		{"empty message", nil, subject, "", consume.ReasonEmpty, "no records and no Nats-Msg-Id"},
+		{"empty message under an id", nil, subject, "cmp2-7", consume.ReasonEmpty, `"cmp2-7"`},
 		{"exactly max records", batch(100), subject, id, "", ""},
 		{"record indexes in any order", func() []schemas.Flow { r := batch(3); r[0].RecordIndex, r[2].RecordIndex = 2, 0; return r }(), subject, id, "", ""},
 		{"time_end at the skew edge", func() []schemas.Flow { r := batch(2); r[1].TimeEnd = checkNow.Add(time.Hour).UnixMicro(); return r }(), subject, id, "", ""},
@@ -177,5 +181,34 @@ func TestCheckAgentIDIsNode(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCheckHeaders: the batch headers subscribers dedupe on must describe
+// the message's own records when present.
+func TestCheckHeaders(t *testing.T) {
+	id := consume.Identity{Node: "cmp1", AgentID: "cmp1", BatchSeq: 7}
+	for _, tc := range []struct {
+		name   string
+		h      nats.Header
+		errHas string // "" = accepted
+	}{
+		{"no headers (agents before them)", nats.Header{}, ""},
+		{"its own", transport.BatchHeader("flow.v1", "lz4", "cmp1", 7, 3), ""},
+		{"another agent", transport.BatchHeader("flow.v1", "lz4", "cmp2", 7, 3), `Tapflow-Agent "cmp2"`},
+		{"another batch", transport.BatchHeader("flow.v1", "lz4", "cmp1", 8, 3), `Tapflow-Batch-Seq "8"`},
+		{"another count", transport.BatchHeader("flow.v1", "lz4", "cmp1", 7, 4), `Tapflow-Records "4"`},
+		{"a second value", nats.Header{transport.HeaderAgent: {"cmp1", "cmp2"}}, `Tapflow-Agent "cmp2"`},
+		{"an empty value", nats.Header{transport.HeaderBatchSeq: {""}}, `Tapflow-Batch-Seq ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rej := consume.CheckHeaders(tc.h, id, 3)
+			switch {
+			case tc.errHas == "" && rej != nil:
+				t.Fatalf("rejected: %v", rej)
+			case tc.errHas != "" && (rej == nil || rej.Reason != consume.ReasonIdentity || !strings.Contains(rej.Err.Error(), tc.errHas)):
+				t.Fatalf("got %v, want identity with %q", rej, tc.errHas)
+			}
+		})
 	}
 }

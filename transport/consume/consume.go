@@ -80,6 +80,13 @@ type Config struct {
 	// failures nacked every nak_delay) raise the count too but are never
 	// recorded as the message the process died decoding.
 	PoisonDeliveries int `yaml:"poison_deliveries"`
+	// DLQLettersPerNode bounds the dead letters one sender (the node of
+	// the subject it published on) holds in TAPFLOW_DLQ: beyond it the
+	// sender's own oldest letter is deleted, counted
+	// (tapflow_consume_dlq_evictions_total) and tallied for `tapflow dlq
+	// inspect`, so one agent's garbage cannot evict another's letters.
+	// Default 100; 1..100000 (dlq.go).
+	DLQLettersPerNode int `yaml:"dlq_letters_per_node"`
 }
 
 // Default limits of one message.
@@ -89,8 +96,12 @@ const (
 	DefaultMaxRecordAge     = 7 * 24 * time.Hour
 	DefaultMaxClockSkew     = time.Hour
 	DefaultPoisonDeliveries = 5
-	maxRecordAgeCap         = 365 * 24 * time.Hour
-	maxClockSkewCap         = 7 * 24 * time.Hour
+	// DefaultDLQLettersPerNode: at the embedded server's 8 MiB max
+	// payload a flooding sender holds at most 800 MiB, leaving the rest
+	// of the default 1 GiB DLQ to the others (docs/delivery.md).
+	DefaultDLQLettersPerNode = 100
+	maxRecordAgeCap          = 365 * 24 * time.Hour
+	maxClockSkewCap          = 7 * 24 * time.Hour
 	// maxMessageBytesCap is the decoder's hard ceiling.
 	maxMessageBytesCap = 512 << 20
 )
@@ -101,7 +112,7 @@ func DefaultConfig() Config {
 	return Config{Durable: transport.DefaultDurable, MaxAckPending: transport.DefaultMaxAckPending, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
 		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
 		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew),
-		AgentIDIsNode: true, PoisonDeliveries: DefaultPoisonDeliveries}
+		AgentIDIsNode: true, PoisonDeliveries: DefaultPoisonDeliveries, DLQLettersPerNode: DefaultDLQLettersPerNode}
 }
 
 // withDefaults fills limits left zero by a caller that built Config by
@@ -121,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PoisonDeliveries == 0 {
 		c.PoisonDeliveries = DefaultPoisonDeliveries
+	}
+	if c.DLQLettersPerNode == 0 {
+		c.DLQLettersPerNode = DefaultDLQLettersPerNode
 	}
 	return c
 }
@@ -177,6 +191,10 @@ func (c Config) Validate(rollAge time.Duration) error {
 	if c.PoisonDeliveries < 2 || c.PoisonDeliveries > 100 {
 		e.Add("poison_deliveries", fmt.Sprintf("%d: out of range", c.PoisonDeliveries),
 			"use 2..100 (default 5): a message the collector died decoding is dead-lettered once delivered more often; each further delivery costs one ack_wait of crash loop")
+	}
+	if c.DLQLettersPerNode < 1 || c.DLQLettersPerNode > 100000 {
+		e.Add("dlq_letters_per_node", fmt.Sprintf("%d: out of range", c.DLQLettersPerNode),
+			"use 1..100000 (default 100): the dead letters one node may hold in TAPFLOW_DLQ before its own oldest is evicted; times the server's max_payload it should stay well below nats.dlq_max_bytes")
 	}
 	return e.Err()
 }
@@ -257,6 +275,10 @@ type SourceOf[T any] struct {
 	fullLogged time.Time                     // last max_ack_pending warning (heartbeat goroutine only)
 	rejectLog  map[string]*transport.RateLog // one line per reason per 10 s: a hostile flood cannot flood the log
 
+	evictLog transport.RateLog
+	dlqMu    sync.Mutex
+	dlqSt    jetstream.Stream // TAPFLOW_DLQ, once looked up (dlq.go)
+
 	stateDir string  // poison marker directory; "" disables poison detection
 	marker   *marker // open while Run runs (fetch goroutine only)
 }
@@ -267,6 +289,7 @@ type metrics struct {
 	rejected  *prometheus.CounterVec // by reason
 	poison    prometheus.Counter
 	dlqErrors prometheus.Counter
+	evicted   prometheus.Counter
 	naks      prometheus.Counter
 	pending   prometheus.Gauge
 	progress  prometheus.Counter
@@ -355,9 +378,11 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		pending:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_stream_pending_messages", ConstLabels: l, Help: "Messages in the stream not yet delivered to this consumer."}),
 		progress:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_in_progress_acks_total", ConstLabels: l, Help: "In-progress acks sent for held messages (keeps JetStream from redelivering them while their file is open or uploading)."}),
 		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_evictions_total", ConstLabels: l,
+			Help: "Dead letters deleted from TAPFLOW_DLQ because their sender held more than collector.dlq_letters_per_node (its own oldest first); per sender: tapflow dlq inspect."}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
+		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("jetstream source %s: register metrics: %w", st.Name, err)
 			}
@@ -501,6 +526,10 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		s.deadLetter(msg, seq, ReasonSize, fmt.Errorf("%d bytes, more than collector.max_message_bytes %s", n, s.cfg.MaxMessageBytes))
 		return
 	}
+	if len(msg.Data()) == 0 {
+		s.deadLetter(msg, seq, ReasonEmpty, fmt.Errorf("empty body under Nats-Msg-Id %q: an agent never publishes an empty batch; acked, it would burn that id for its owner within the duplicate window", msg.Headers().Get(jetstream.MsgIDHeader)))
+		return
+	}
 	failpointDecode(s.log, msg.Headers().Get(jetstream.MsgIDHeader))
 	recs, err := s.dec.Decode(nil, msg.Data())
 	if err != nil {
@@ -512,6 +541,10 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		return
 	}
 	if rej := Check(recs, s.st.Identity, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), s.now(), s.lim); rej != nil {
+		s.deadLetter(msg, seq, rej.Reason, rej.Err)
+		return
+	}
+	if rej := CheckHeaders(msg.Headers(), s.st.Identity(&recs[0]), len(recs)); rej != nil {
 		s.deadLetter(msg, seq, rej.Reason, rej.Err)
 		return
 	}
@@ -558,7 +591,7 @@ func (s *SourceOf[T]) poisoned(msg jetstream.Msg, md *jetstream.MsgMetadata) {
 	// message must not be decoded at its next delivery either.
 	s.log.Error("poison message: the collector process died decoding it before; moved undecoded to the dead-letter subject",
 		"stream_seq", seq, "msg_id", id, "agent", agent, "subject", msg.Subject(), "deliveries", md.NumDelivered,
-		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", s.st.DLQ,
+		"poison_deliveries", s.cfg.PoisonDeliveries, "bytes", len(msg.Data()), "dlq", transport.DLQSubject(s.st.DLQ, msg.Subject()),
 		"inspect", "tapflow dlq inspect --reason "+ReasonPoison)
 	s.deadLetter(msg, seq, ReasonPoison, fmt.Errorf("delivered %d times (collector.poison_deliveries %d); a collector process died decoding it", md.NumDelivered, s.cfg.PoisonDeliveries))
 }
@@ -610,10 +643,10 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 	}
 	if ok, suppressed := s.rejectLog[reason].Allow(10 * time.Second); ok && reason != ReasonPoison { // poisoned logged it
 		s.log.Error("message rejected and moved to the dead-letter subject", "reason", reason, "subject", msg.Subject(), "stream_seq", seq,
-			"bytes", len(msg.Data()), "dlq", s.st.DLQ, "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
+			"bytes", len(msg.Data()), "dlq", transport.DLQSubject(s.st.DLQ, msg.Subject()), "err", cause, "inspect", "tapflow dlq inspect --reason "+reason,
 			"rejections_not_logged", suppressed)
 	}
-	dl := &nats.Msg{Subject: s.st.DLQ, Data: msg.Data(), Header: nats.Header{}}
+	dl := &nats.Msg{Subject: transport.DLQSubject(s.st.DLQ, msg.Subject()), Data: msg.Data(), Header: nats.Header{}}
 	for k, v := range msg.Headers() {
 		// Nats-* are JetStream's own (message id, expected stream…): they
 		// would steer the DLQ publish; the original id is kept below.
@@ -633,9 +666,14 @@ func (s *SourceOf[T]) deadLetter(msg jetstream.Msg, seq uint64, reason string, c
 	defer cancel()
 	if _, err := s.js.PublishMsg(ctx, dl, jetstream.WithMsgID("dlq-"+s.st.Name+"-"+strconv.FormatUint(seq, 10))); err != nil {
 		s.m.dlqErrors.Inc()
-		s.log.Error("dead-letter publish failed; message nacked for retry", "stream_seq", seq, "err", err)
+		fix := "check NATS permissions on " + transport.DLQSubjectRoot + ".>"
+		if strings.Contains(err.Error(), "maximum bytes") {
+			fix = "TAPFLOW_DLQ is full (nats.dlq_max_bytes): inspect, replay or purge dead letters (tapflow dlq inspect), or raise nats.dlq_max_bytes"
+		}
+		s.log.Error("dead-letter publish failed; message nacked for retry", "stream_seq", seq, "dlq", dl.Subject, "err", err, "fix", fix)
 		_ = msg.NakWithDelay(s.cfg.NakDelay.D())
 		return
 	}
 	_ = transport.Term(s.js.Conn(), msg, "tapflow: rejected ("+reason+"): "+cause.Error())
+	s.trimDLQ(dl.Subject)
 }

@@ -136,7 +136,7 @@ func TestCorruptMessageGoesToDLQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQFlowsSubject)
+	m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQSubject(transport.DLQFlowsSubject, transport.FlowsSubject("cmp1")))
 	if err != nil {
 		t.Fatalf("no dead letter: %v", err)
 	}

@@ -47,7 +47,7 @@ func encodeFlows(t *testing.T, recs []schemas.Flow) []byte {
 
 // TestHostileMessagesGoToDLQ: against a real server, every kind of broken
 // or hostile message between good batches goes whole (body and original
-// headers) to tapflow.dlq.flows with its reason, is counted by reason and
+// headers) to tapflow.dlq.flows.<node> with its reason, is counted by reason and
 // terminated; the good batches all arrive; the collector neither crashes
 // nor holds anything back.
 func TestHostileMessagesGoToDLQ(t *testing.T) {
@@ -115,11 +115,32 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 		{"dictionary bomb: 2 MiB in a few KB of lz4", "cmp1", "cmp1-19", craft(t, stamped(10, "cmp1", 19, now), "server_id",
 			wirecraft.Dict(arrow.PrimitiveTypes.Int32, wirecraft.Keys(10, 2, -1, 0), wirecraft.Strings(strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20))), ipc.WithLZ4()), consume.ReasonSize},
 		{"good, plain utf8 (agent before wire dictionaries)", "cmp1", "cmp1-18", encodePlain(t, stamped(50, "cmp1", 18, now)), ""},
+		// Empty batches (issue 25 item 5): acked, they would burn the
+		// message id for its owner within the duplicate window.
+		{"empty body under another agent's next id", "cmp1", "cmp2-21", []byte{}, consume.ReasonEmpty},
+		{"empty body, no id", "cmp1", "", nil, consume.ReasonEmpty},
+		{"arrow stream of 0 rows under another agent's id", "cmp1", "cmp2-22", encodeFlows(t, []schemas.Flow{}), consume.ReasonEmpty},
+		{"arrow stream of 0 rows under its own id", "cmp1", "cmp1-23", encodePlain(t, []schemas.Flow{}), consume.ReasonEmpty},
+		good(10, 24),
+		// Batch headers naming another batch: subscribers dedupe on them.
+		{"Tapflow-Agent of another agent", "cmp1", "cmp1-25", encodeFlows(t, stamped(10, "cmp1", 25, now)), consume.ReasonIdentity},
+		{"Tapflow-Batch-Seq of another batch", "cmp1", "cmp1-26", encodeFlows(t, stamped(10, "cmp1", 26, now)), consume.ReasonIdentity},
+		{"second Tapflow-Agent value", "cmp1", "cmp1-27", encodeFlows(t, stamped(10, "cmp1", 27, now)), consume.ReasonIdentity},
+		{"good, with its batch headers", "cmp1", "cmp1-28", encodeFlows(t, stamped(10, "cmp1", 28, now)), ""},
+	}
+	headers := map[string]nats.Header{
+		"Tapflow-Agent of another agent":     transport.BatchHeader("flow.v1", "zstd", "cmp2", 25, 10),
+		"Tapflow-Batch-Seq of another batch": transport.BatchHeader("flow.v1", "zstd", "cmp1", 17, 10),
+		"second Tapflow-Agent value":         {transport.HeaderAgent: {"cmp1", "cmp2"}},
+		"good, with its batch headers":       transport.BatchHeader("flow.v1", "zstd", "cmp1", 28, 10),
 	}
 	want := map[string]int{}
 	wantRecords := 0
 	for _, h := range cases {
 		m := &nats.Msg{Subject: transport.FlowsSubject(h.node), Data: h.body, Header: nats.Header{}}
+		for k, v := range headers[h.name] {
+			m.Header[k] = v
+		}
 		m.Header.Set("X-Tapflow-Test", h.name)
 		var opts []js.PublishOpt
 		if h.msgID != "" {
@@ -174,7 +195,7 @@ func TestHostileMessagesGoToDLQ(t *testing.T) {
 	}
 	byName := map[string]*js.RawStreamMsg{}
 	for seq := uint64(1); ; {
-		m, err := dlq.GetMsg(context.Background(), seq, js.WithGetMsgSubject(transport.DLQFlowsSubject))
+		m, err := dlq.GetMsg(context.Background(), seq, js.WithGetMsgSubject(transport.DLQFlowsSubject+".>"))
 		if err != nil {
 			break
 		}

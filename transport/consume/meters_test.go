@@ -127,7 +127,7 @@ func TestMeters(t *testing.T) {
 				t.Fatalf("got %d records / %d bytes, want %d / %d", len(got), bytes, want, wantBytes)
 			}
 			dlq, _ := s.JS.Stream(context.Background(), transport.DLQStream)
-			m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQMetersSubject)
+			m, err := dlq.GetLastMsgForSubject(context.Background(), transport.DLQSubject(transport.DLQMetersSubject, transport.MetersSubject("cmp1")))
 			if err != nil {
 				t.Fatalf("no meter dead letter: %v", err)
 			}

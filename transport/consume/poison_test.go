@@ -121,7 +121,7 @@ func TestPoisonOnlyTheMessageTheProcessDiedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dl.GetLastMsgForSubject(context.Background(), transport.DLQFlowsSubject)
+	m, err := dl.GetLastMsgForSubject(context.Background(), transport.DLQSubject(transport.DLQFlowsSubject, transport.FlowsSubject("cmp1")))
 	if err != nil {
 		t.Fatal(err)
 	}

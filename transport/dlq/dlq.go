@@ -6,9 +6,13 @@
 package dlq
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,13 +22,15 @@ import (
 
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
 )
 
 // Letter is one dead letter.
 type Letter struct {
 	Seq         uint64    `json:"seq"` // in TAPFLOW_DLQ
 	Time        time.Time `json:"time"`
-	Subject     string    `json:"subject"` // tapflow.dlq.flows or tapflow.dlq.meters
+	Subject     string    `json:"subject"` // tapflow.dlq.<flows|meters>.<sender> (tapflow.dlq.flows, .meters: older collectors)
+	Sender      string    `json:"sender"`  // transport.DLQSender of the original subject
 	OrigSubject string    `json:"original_subject"`
 	OrigStream  string    `json:"original_stream"`
 	OrigSeq     uint64    `json:"original_sequence"`
@@ -83,6 +89,7 @@ func letterOf(m *jetstream.RawStreamMsg) Letter {
 		OrigStream: h.Get(transport.HeaderOrigStream), MsgID: h.Get(transport.HeaderOrigMsgID), Reason: h.Get(transport.HeaderReason),
 		Error: h.Get(transport.HeaderError), Bytes: len(m.Data), Records: -1, header: h, data: m.Data}
 	l.OrigSeq, _ = strconv.ParseUint(h.Get(transport.HeaderOrigSeq), 10, 64)
+	l.Sender = transport.DLQSender(l.OrigSubject)
 	if l.Reason == "" {
 		l.Reason = "decode" // dead letters of collectors before Tapflow-Reason: decode failures only
 	}
@@ -105,7 +112,7 @@ func countRecords(subject, origSubject string, data []byte) (n int, err error) {
 			n, err = 0, fmt.Errorf("decoder panicked: %v", r)
 		}
 	}()
-	if strings.HasPrefix(origSubject, transport.MetersSubjectRoot+".") || subject == transport.DLQMetersSubject {
+	if strings.HasPrefix(origSubject, transport.MetersSubjectRoot+".") || subject == transport.DLQMetersSubject || strings.HasPrefix(subject, transport.DLQMetersSubject+".") {
 		recs, err := meterDec.Decode(nil, data)
 		return len(recs), err
 	}
@@ -115,14 +122,14 @@ func countRecords(subject, origSubject string, data []byte) (n int, err error) {
 
 // List calls fn for every dead letter that f selects, oldest first. It
 // reads the stream with direct gets: it creates no consumer and changes
-// nothing.
+// nothing. The eviction tallies (Evictions) are not letters.
 func List(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Letter) error) error {
 	st, err := js.Stream(ctx, transport.DLQStream)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", transport.DLQStream, err)
 	}
 	for seq := uint64(1); ; {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("tapflow.dlq.>"))
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(transport.DLQSubjectRoot+".>"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
@@ -130,6 +137,9 @@ func List(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Letter)
 			return fmt.Errorf("read %s at seq %d: %w", transport.DLQStream, seq, err)
 		}
 		seq = m.Sequence + 1
+		if strings.HasPrefix(m.Subject, transport.DLQEvictedRoot+".") {
+			continue
+		}
 		l := letterOf(m)
 		if !f.match(&l) {
 			continue
@@ -138,6 +148,38 @@ func List(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Letter)
 			return err
 		}
 	}
+}
+
+// Evictions returns every sender's tally of dead letters the collectors
+// evicted to keep it within collector.dlq_letters_per_node, sorted by
+// letters evicted, most first.
+func Evictions(ctx context.Context, js jetstream.JetStream) ([]transport.DLQEvictions, error) {
+	st, err := js.Stream(ctx, transport.DLQStream)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", transport.DLQStream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(transport.DLQEvictedRoot+".>"))
+	if err != nil {
+		return nil, fmt.Errorf("%s info: %w", transport.DLQStream, err)
+	}
+	subjects := slices.Sorted(maps.Keys(info.State.Subjects))
+	out := make([]transport.DLQEvictions, 0, len(subjects))
+	for _, subj := range subjects {
+		m, err := st.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // replaced between the two reads
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", subj, err)
+		}
+		var e transport.DLQEvictions
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			return nil, fmt.Errorf("%s at seq %d: not an eviction tally: %w", subj, m.Sequence, err)
+		}
+		out = append(out, e)
+	}
+	slices.SortStableFunc(out, func(a, b transport.DLQEvictions) int { return cmp.Compare(b.Letters, a.Letters) })
+	return out, nil
 }
 
 // dlqHeaders are the headers the collector adds to a dead letter.
@@ -216,6 +258,9 @@ func replayOne(ctx context.Context, js jetstream.JetStream, st jetstream.Stream,
 	switch {
 	case stream == "":
 		r.Outcome, r.Detail = Skipped, fmt.Sprintf("original subject %q is not a tapflow flow or meter subject", l.OrigSubject)
+		return r
+	case l.Reason == consume.ReasonEmpty:
+		r.Outcome, r.Detail = Skipped, "no records to replay; republishing it would only burn its message id again"
 		return r
 	case l.MsgID == "":
 		r.Outcome, r.Detail = Skipped, "no original Nats-Msg-Id: the collector would reject it again (reason identity); only the agent can resend it"

@@ -128,3 +128,31 @@ func TestReplayKeepsTheBatchHeaders(t *testing.T) {
 		t.Errorf("replayed Nats-Msg-Id %q", back.Header.Get(jetstream.MsgIDHeader))
 	}
 }
+
+// TestReplaySkipsEmpty: a letter without records (reason empty) is never
+// republished: it would only burn its message id again.
+func TestReplaySkipsEmpty(t *testing.T) {
+	s := transporttest.Run(t, "")
+	ctx := context.Background()
+	m := &nats.Msg{Subject: transport.DLQSubject(transport.DLQFlowsSubject, transport.FlowsSubject("cmp1")), Header: nats.Header{}}
+	m.Header.Set(transport.HeaderOrigSubject, transport.FlowsSubject("cmp1"))
+	m.Header.Set(transport.HeaderReason, "empty")
+	m.Header.Set(transport.HeaderOrigMsgID, "cmp2-9")
+	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var got []dlq.Result
+	if err := dlq.Replay(ctx, s.JS, dlq.Filter{}, false, 5*time.Second, func(r dlq.Result) { got = append(got, r) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Outcome != dlq.Skipped {
+		t.Fatalf("replay of an empty letter: %+v", got)
+	}
+	st, err := s.JS.Stream(ctx, transport.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("%s after replay: %v, %v", transport.FlowsStream, info, err)
+	}
+}

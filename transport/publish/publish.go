@@ -210,6 +210,13 @@ func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]
 			b.Ack(fmt.Errorf("%s: %w", p.kind.Name, ctx.Err()))
 			continue
 		}
+		if len(b.Records) == 0 {
+			// Nothing to deliver, and the collector dead-letters a
+			// message without records (reason empty): no message, no
+			// batch_seq used.
+			b.Ack(nil)
+			continue
+		}
 		seq, err := p.publishRecords(ctx, b.Records)
 		b.Seq = seq
 		b.Ack(err)

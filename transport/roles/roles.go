@@ -164,7 +164,10 @@ func For(u User, protected []string) Permissions {
 				"$JS.API.CONSUMER.DURABLE.CREATE."+sc[0]+"."+sc[1])
 			p = append(p, use(sc[0], sc[1])...)
 		}
-		p = append(p, DLQSubjects)
+		// Dead letters go to tapflow.dlq.<flows|meters>.<node>; the
+		// collector reads and deletes a node's oldest letters beyond
+		// collector.dlq_letters_per_node (one sender cannot evict another's).
+		p = append(p, DLQSubjects, "$JS.API.STREAM.MSG.GET."+DLQStream, "$JS.API.STREAM.MSG.DELETE."+DLQStream)
 		return Permissions{Publish: p, Subscribe: []string{inbox}}
 	case Inventory:
 		// The snapshot store (an Object Store: its stream, chunk and meta

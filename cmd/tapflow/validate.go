@@ -59,6 +59,9 @@ but those objects are skipped or resolved by a safe rule.`,
 					code = exitUsage
 				} else {
 					fmt.Fprintf(stdout, "%s: ok\n", args[0])
+					for _, r := range cfg.StreamRates() {
+						fmt.Fprintf(stdout, "%s: %s\n", args[0], r)
+					}
 					if invPath == "" && cfg.Inventory.Provider == "file" {
 						invPath = cfg.Inventory.File // the file the agent would load
 					}

@@ -141,7 +141,7 @@ func parquetFiles(t *testing.T, dir string) (n int, largest int64) {
 
 // histogram returns the histogram series of name whose labels include
 // want, nil when none.
-func histogram(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) *dto.Histogram {
+func histogram(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) *dto.Histogram {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

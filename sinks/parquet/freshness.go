@@ -25,7 +25,7 @@ const (
 // FreshnessBuckets are the upper bounds of the freshness histogram:
 // seconds (size rolls at high rates) to an hour (late records, spool
 // replays).
-var FreshnessBuckets = []float64{1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 360, 450, 600, 900, 1200, 1800, 2700, 3600}
+var FreshnessBuckets = []float64{1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 75, 90, 120, 150, 180, 240, 300, 330, 360, 420, 480, 600, 900, 1200, 1800, 2700, 3600}
 
 // ends counts the records written since the last roll by time_end second.
 type ends struct {

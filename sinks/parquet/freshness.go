@@ -128,10 +128,10 @@ func (f *freshness) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Quantile estimates the q-quantile of a stage from the buckets, as
-// Prometheus's histogram_quantile does (linear within a bucket); NaN with
-// no observation. For benchmarks and tests.
-func (s *Sink[T]) FreshnessQuantile(stage string, q float64) float64 {
+// freshnessQuantile estimates the q-quantile of a stage from the
+// buckets, as Prometheus's histogram_quantile does (linear within a
+// bucket); NaN with no observation.
+func (s *Sink[T]) freshnessQuantile(stage string, q float64) float64 {
 	f := s.fresh
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -151,11 +151,4 @@ func (s *Sink[T]) FreshnessQuantile(stage string, q float64) float64 {
 		lo = ub
 	}
 	return FreshnessBuckets[len(FreshnessBuckets)-1]
-}
-
-// FreshnessCount is the number of records observed in a stage.
-func (s *Sink[T]) FreshnessCount(stage string) uint64 {
-	s.fresh.mu.Lock()
-	defer s.fresh.mu.Unlock()
-	return s.fresh.st[stage].count
 }

@@ -100,7 +100,7 @@ func TestFreshness(t *testing.T) {
 					if want > 0 && math.Abs(w.sum/float64(w.count)-mean) > 1e-6 {
 						t.Errorf("%s: mean %.3f s, want %.1f", stage, w.sum/float64(w.count), mean)
 					}
-					if q := s.FreshnessQuantile(stage, 0.99); want > 0 && (q < 300 || q > 330) {
+					if q := s.freshnessQuantile(stage, 0.99); want > 0 && (q < 300 || q > 330) {
 						t.Errorf("%s: p99 %.1f, want in its bucket (300, 330]", stage, q)
 					}
 				}

@@ -138,7 +138,6 @@ func (s *SourceOf[T]) CommitDue() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	reach := func(have, limit int64) bool { return limit > 0 && float64(have) >= share*float64(limit) }
-	limitOf := map[string]int64{EarlyStreamBytes: p.maxBytes, EarlyStreamMsgs: p.maxMsgs, EarlyAckPending: p.maxAckPending}
 	reason := func(m, b int64) string {
 		switch {
 		case reach(b, p.maxBytes):
@@ -163,6 +162,7 @@ func (s *SourceOf[T]) CommitDue() string {
 	p.firedGen = p.gen
 	s.m.early.WithLabelValues(r).Inc()
 	if ok, suppressed := s.earlyLog.Allow(time.Minute); ok {
+		limitOf := map[string]int64{EarlyStreamBytes: p.maxBytes, EarlyStreamMsgs: p.maxMsgs, EarlyAckPending: p.maxAckPending}
 		s.log.Warn("committing the open Parquet files early: the messages held unacked until their files commit near this share of the stream; the stream is smaller than roll_age × the rate, so files are smaller than roll_size",
 			"reason", r, "held_messages", msgs, "held_bytes", bytes, "durable_held_messages", totMsgs, "durable_held_bytes", totBytes,
 			"limit", limitOf[r], "early_commit_share", share, "early_commits_not_logged", suppressed,

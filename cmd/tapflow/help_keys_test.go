@@ -84,6 +84,7 @@ func TestHelpConfigKeysExist(t *testing.T) {
 	}{
 		{"collector.agent_id_is_node", true}, // inline consumer section
 		{"collector.poison_deliveries", true},
+		{"collector.early_commit_share", true},
 		{"collector.roll_age", true}, // inline parquet section
 		{"agent.spool.max_bytes", true},
 		{"synthetic.batch_max_age", true},

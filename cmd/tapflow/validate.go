@@ -27,6 +27,11 @@ and, with inventory.provider: openstack, the credentials start-up would use
 are resolved (clouds.yaml entry or OS_* variables of this environment,
 auth_url included) without contacting Keystone.
 
+A valid config also gets, per stream, the rate it carries with files that
+roll by collector.roll_age: collector.early_commit_share × the stream's
+max_bytes over roll_age (and × collector.max_ack_pending in agent batches);
+above it collectors commit early (smaller files, no publish refused).
+
 --inventory checks a static inventory file (the format of docs/inventory.md
 and of tapflow inventory dump) with the loader of inventory.provider: file;
 without --inventory, the inventory.file a config with that provider names
@@ -59,6 +64,9 @@ but those objects are skipped or resolved by a safe rule.`,
 					code = exitUsage
 				} else {
 					fmt.Fprintf(stdout, "%s: ok\n", args[0])
+					for _, r := range cfg.StreamRates() {
+						fmt.Fprintf(stdout, "%s: %s\n", args[0], r)
+					}
 					if invPath == "" && cfg.Inventory.Provider == "file" {
 						invPath = cfg.Inventory.File // the file the agent would load
 					}

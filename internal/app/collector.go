@@ -32,7 +32,7 @@ func newCollector(cfg config.Config, rt *runtime, drain bool) (*collector, error
 		return nil, err
 	}
 	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.FlowRowSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
-		LedgerRefresh: ledgerRefresh(cfg)})
+		LedgerRefresh: ledgerRefresh(cfg), CommitDue: src.CommitDue})
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}

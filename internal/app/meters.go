@@ -97,7 +97,7 @@ func newCollectorMeters(cfg config.Config, rt *runtime, drain bool, log *slog.Lo
 		return nil, err
 	}
 	sink, err := parquet.NewFor(cfg.Collector.Parquet, parquet.MeterRowSchema, parquet.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, Dedupe: true, Remote: remote,
-		LedgerRefresh: ledgerRefresh(cfg)})
+		LedgerRefresh: ledgerRefresh(cfg), CommitDue: src.CommitDue})
 	if err != nil {
 		return nil, fmt.Errorf("parquet meter sink: %w", err)
 	}

@@ -119,6 +119,7 @@ type soakResult struct {
 	flows         *counter
 	meters        *meterGen
 	stopCollector func() error
+	collReg       *obs.Registry // the collector's metrics
 	// deadline: until passed and the agent was stopped (ctx cancelled)
 	// rather than ending on its own with its spool drained.
 	deadline bool
@@ -129,7 +130,12 @@ func soakRun(t *testing.T, s *transporttest.Server, cfg config.Config, target in
 	cjs := &countingJS{JetStream: s.JS}
 	collCtx, stopColl := context.WithCancel(context.Background())
 	collDone := make(chan error, 1)
-	go func() { collDone <- runCollector(t, collCtx, cfg, s.JS, true) }()
+	crt := newRT(t, s.JS)
+	coll, err := newCollector(cfg, crt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { collDone <- coll.Run(collCtx) }()
 
 	rt := newRT(t, cjs)
 	a, err := newAgent(cfg, rt)
@@ -189,7 +195,7 @@ wait:
 		}
 	}
 	stopAgent()
-	return soakResult{js: cjs, reg: rt.reg, flows: c, meters: mg, stopCollector: func() error { stopColl(); return <-collDone }, deadline: hit}
+	return soakResult{js: cjs, reg: rt.reg, flows: c, meters: mg, stopCollector: func() error { stopColl(); return <-collDone }, collReg: crt.reg, deadline: hit}
 }
 
 // soakDeadline bounds TestSoakStreamFullCycles' push (3m25s at load 35).

@@ -9,11 +9,13 @@ type metrics struct {
 	rejected                         prometheus.Counter
 	open                             prometheus.Gauge
 	commitSeconds                    prometheus.Histogram
+	fresh                            *freshness
 }
 
 func newMetrics(schema string) *metrics {
 	l := prometheus.Labels{"schema": schema}
 	return &metrics{
+		fresh: newFreshness(schema),
 		files: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tapflow_parquet_files_committed_total", ConstLabels: l, Help: "Parquet files committed (renamed into place and fsynced).",
 		}),
@@ -51,5 +53,5 @@ func newMetrics(schema string) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces, m.uploadRetries, m.rejected}
+	return []prometheus.Collector{m.files, m.bytes, m.rows, m.commitErrors, m.open, m.commitSeconds, m.dupRecords, m.dupPieces, m.uploadRetries, m.rejected, m.fresh}
 }

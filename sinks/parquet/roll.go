@@ -51,6 +51,8 @@ func (s *Sink[T]) roll(reason string) {
 		s.writeCalls += f.out.calls
 	}
 	s.m.commitSeconds.Observe(took.Seconds())
+	ends := s.ends.take()
+	s.fresh.observe(StageCommitted, time.Now(), ends)
 	s.m.files.Add(float64(len(files)))
 	s.m.rows.Add(float64(rows))
 	s.m.bytes.Add(float64(bytes))
@@ -79,6 +81,7 @@ func (s *Sink[T]) roll(reason string) {
 			s.log.Warn("stopped before every committed file was uploaded; they stay staged for the next start", "batches", batches, "records", records, "err", err)
 			return
 		}
+		s.fresh.observe(StageUploaded, time.Now(), ends)
 	}
 	s.commits++
 	failpointCommitted(s.log, s.crashAt, s.commits) // test builds only: files committed, batches not acked
@@ -110,6 +113,7 @@ func (s *Sink[T]) abort() {
 	clear(s.files)
 	s.m.open.Set(0)
 	s.stopTimer()
+	s.ends.reset() // observed when their redelivery commits
 	if s.ledger != nil {
 		s.ledger.dropOpen()
 	}

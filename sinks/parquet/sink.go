@@ -123,6 +123,12 @@ type Options struct {
 	// (required then): batches are acked only after their files are
 	// uploaded; staged copies are deleted after upload.
 	Remote Remote
+	// CommitDue, when set, is asked after each batch the sink holds
+	// whether to commit the open files now, before roll_size or roll_age:
+	// a non-empty reason commits them (the collector's source says so when
+	// its unacked messages near its share of the stream:
+	// consume.SourceOf.CommitDue).
+	CommitDue func() (reason string)
 }
 
 // MeterSchema writes schemas.Meter (meter.v1) under <output>/meters.
@@ -173,6 +179,9 @@ type Sink[T any] struct {
 	seen       map[int64]struct{}   // scratch: hours of the batch being checked
 	cur        *pipeline.BatchOf[T] // the batch being written, not yet in acks
 	rejLog     failLog
+	commitDue  func() string
+	fresh      *freshness
+	ends       ends // time_end seconds of the records in the open files
 }
 
 // file is one open partition file.
@@ -270,6 +279,7 @@ func NewFor[T any](cfg Config, schema Schema[T], opts Options) (*Sink[T], error)
 	for _, c := range schema.SkipPageBounds {
 		s.wopts = append(s.wopts, pq.SkipPageBounds(c))
 	}
+	s.fresh, s.commitDue = s.m.fresh, opts.CommitDue
 	s.crashAt = failpointAfterCommit()
 	if schema.Identity != nil && opts.Dedupe {
 		src := opts.Committed

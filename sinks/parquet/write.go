@@ -124,10 +124,18 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 	}
 	s.cur = nil
 	s.hold(b)
+	for i := range recs {
+		s.ends.note(timeEnd(&recs[i]))
+	}
 	for _, f := range s.files {
 		if f.estimate(s.bpr) >= int64(s.cfg.RollSize) {
 			s.roll("size")
 			return
+		}
+	}
+	if s.commitDue != nil && len(s.files) > 0 {
+		if r := s.commitDue(); r != "" {
+			s.roll("early: " + r)
 		}
 	}
 }

@@ -22,6 +22,7 @@ type ackHandle struct {
 	nc    *nats.Conn
 	reply string
 	done  atomic.Bool // acked or nacked: no more in-progress acks
+	size  int64       // stream bytes of the message (early commits)
 }
 
 var errNoReply = errors.New("message has no reply subject (not from a JetStream consumer)")

@@ -87,6 +87,14 @@ type Config struct {
 	// inspect`, so one agent's garbage cannot evict another's letters.
 	// Default 100; 1..100000 (dlq.go).
 	DLQLettersPerNode int `yaml:"dlq_letters_per_node"`
+	// EarlyCommitShare: once the messages the collectors sharing the
+	// durable hold unacked (those of their open files) reach this share
+	// of the stream's max_bytes or max_msgs, or of max_ack_pending, the
+	// collector commits its open files early instead of waiting for
+	// roll_size or roll_age (pressure.go). Default 0.5; 0.05..0.95. A
+	// stream smaller than roll_age × the rate then costs smaller files,
+	// never refused publishes.
+	EarlyCommitShare float64 `yaml:"early_commit_share"`
 }
 
 // Default limits of one message.
@@ -112,7 +120,8 @@ func DefaultConfig() Config {
 	return Config{Durable: transport.DefaultDurable, MaxAckPending: transport.DefaultMaxAckPending, FetchBatch: 64, NakDelay: units.Duration(5 * time.Second),
 		MaxBatchRecords: DefaultMaxBatchRecords, MaxMessageBytes: DefaultMaxMessageBytes,
 		MaxRecordAge: units.Duration(DefaultMaxRecordAge), MaxClockSkew: units.Duration(DefaultMaxClockSkew),
-		AgentIDIsNode: true, PoisonDeliveries: DefaultPoisonDeliveries, DLQLettersPerNode: DefaultDLQLettersPerNode}
+		AgentIDIsNode: true, PoisonDeliveries: DefaultPoisonDeliveries, DLQLettersPerNode: DefaultDLQLettersPerNode,
+		EarlyCommitShare: DefaultEarlyCommitShare}
 }
 
 // withDefaults fills limits left zero by a caller that built Config by
@@ -135,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DLQLettersPerNode == 0 {
 		c.DLQLettersPerNode = DefaultDLQLettersPerNode
+	}
+	if c.EarlyCommitShare == 0 {
+		c.EarlyCommitShare = DefaultEarlyCommitShare
 	}
 	return c
 }
@@ -195,6 +207,10 @@ func (c Config) Validate(rollAge time.Duration) error {
 	if c.DLQLettersPerNode < 1 || c.DLQLettersPerNode > 100000 {
 		e.Add("dlq_letters_per_node", fmt.Sprintf("%d: out of range", c.DLQLettersPerNode),
 			"use 1..100000 (default 100): the dead letters one node may hold in TAPFLOW_DLQ before its own oldest is evicted; times the server's max_payload it should stay well below nats.dlq_max_bytes")
+	}
+	if c.EarlyCommitShare < 0.05 || c.EarlyCommitShare > 0.95 {
+		e.Add("early_commit_share", fmt.Sprintf("%g: out of range", c.EarlyCommitShare),
+			"use 0.05..0.95 (default 0.5): the share of the stream (and of max_ack_pending) the collectors may hold unacked before they commit their open files early")
 	}
 	return e.Err()
 }
@@ -281,6 +297,11 @@ type SourceOf[T any] struct {
 
 	stateDir string  // poison marker directory; "" disables poison detection
 	marker   *marker // open while Run runs (fetch goroutine only)
+
+	heldBytes  int64 // stream size of the held messages (heldMu)
+	press      pressure
+	pressEvery time.Duration
+	earlyLog   transport.RateLog
 }
 
 type metrics struct {
@@ -294,6 +315,8 @@ type metrics struct {
 	pending   prometheus.Gauge
 	progress  prometheus.Counter
 	heldG     prometheus.Gauge
+	heldBytes prometheus.Gauge
+	early     *prometheus.CounterVec // by reason
 }
 
 // Options for New.
@@ -311,6 +334,9 @@ type Options struct {
 	// stream: the collector's <data_dir>/consume. Empty disables poison
 	// detection.
 	StateDir string
+	// PressureInterval is how often the stream's limits and the durable's
+	// held total are polled for early commits (default 1s).
+	PressureInterval time.Duration
 }
 
 // New returns the flow source: NewFor(js, FlowStream, cfg, opts).
@@ -354,6 +380,9 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.PressureInterval <= 0 {
+		opts.PressureInterval = defaultPressureInterval
+	}
 	cfg = cfg.withDefaults()
 	if cfg.MaxMessageBytes > maxMessageBytesCap {
 		return nil, fmt.Errorf("jetstream source: max_message_bytes %s above %s", cfg.MaxMessageBytes, units.ByteSize(maxMessageBytesCap))
@@ -364,7 +393,8 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	}
 	durable := cfg.Durable + st.Suffix
 	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
-		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}, stateDir: opts.StateDir}
+		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}, stateDir: opts.StateDir,
+		pressEvery: opts.PressureInterval}
 	l := prometheus.Labels{"stream": st.Name}
 	s.m = metrics{
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_messages_total", ConstLabels: l, Help: "Messages fetched from the stream."}),
@@ -380,9 +410,12 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 		heldG:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_messages", ConstLabels: l, Help: "Messages handed to the sink and not yet acked (bounded by max_ack_pending)."}),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_consume_dlq_evictions_total", ConstLabels: l,
 			Help: "Dead letters deleted from TAPFLOW_DLQ because their sender held more than collector.dlq_letters_per_node (its own oldest first); per sender: tapflow dlq inspect."}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_consume_held_bytes", ConstLabels: l, Help: "Stream bytes of the messages handed to the sink and not yet acked (they stay in the stream until their files commit)."}),
+		early: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_consume_early_commits_total", ConstLabels: l,
+			Help: "Commits of the open Parquet files before roll_size or roll_age, by reason: the messages the durable's collectors hold unacked reached collector.early_commit_share of the stream's max_bytes (stream_bytes) or max_msgs (stream_msgs), or of max_ack_pending (ack_pending). Continuous early commits: the stream is undersized for roll_age."}, []string{"reason"}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG} {
+		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG, s.m.heldBytes, s.m.early} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("jetstream source %s: register metrics: %w", st.Name, err)
 			}
@@ -392,6 +425,9 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	for _, r := range Reasons {
 		s.rejectLog[r] = new(transport.RateLog)
 		s.m.rejected.WithLabelValues(r) // exist at 0 so rate() alerts work
+	}
+	for _, r := range EarlyReasons {
+		s.m.early.WithLabelValues(r)
 	}
 	return s, nil
 }
@@ -447,6 +483,9 @@ func (s *SourceOf[T]) Run(ctx context.Context, out chan<- *pipeline.BatchOf[T]) 
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+	pollDone := make(chan struct{})
+	defer close(pollDone)
+	go s.pollPressure(pollDone, cons)
 	if mp := s.js.Conn().MaxPayload(); mp*4 > int64(s.cfg.MaxMessageBytes) {
 		s.log.Warn("the server's max_payload lets agents send messages that may decompress beyond collector.max_message_bytes; they would be dead-lettered (reason size)",
 			"max_payload", units.ByteSize(mp), "max_message_bytes", s.cfg.MaxMessageBytes, "fix", "raise collector.max_message_bytes to about 4x max_payload")
@@ -551,14 +590,25 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 	// From here on only the ack handle refers to the message: its payload
 	// is garbage once decoded, though the ack waits for the file commit.
 	h := newAckHandle(s.js.Conn(), msg.Reply())
+	size := messageSize(msg)
 	s.heldMu.Lock()
+	if old := s.held[seq]; old != nil {
+		s.heldBytes -= old.size // a redelivery of a message still held
+	}
+	h.size = size
 	s.held[seq] = h
+	s.heldBytes += size
 	s.m.heldG.Set(float64(len(s.held)))
+	s.m.heldBytes.Set(float64(s.heldBytes))
 	s.heldMu.Unlock()
 	b := pipeline.NewBatchOf(recs, func(err error) {
 		s.heldMu.Lock()
-		delete(s.held, seq)
+		if s.held[seq] == h {
+			delete(s.held, seq)
+			s.heldBytes -= size
+		}
 		s.m.heldG.Set(float64(len(s.held)))
+		s.m.heldBytes.Set(float64(s.heldBytes))
 		s.heldMu.Unlock()
 		if err == nil {
 			if aerr := h.ack(); aerr != nil {

@@ -159,6 +159,12 @@ var figures = []figure{
 		baseline: &ref{"BenchmarkExportLive/flows=100000/sweep=idle", "ms/export", ""}},
 	{name: "kernel hit, NetObserv's net cost over this",
 		value: ref{"BenchmarkPerPacketVersus", "netobserv_net_over_this", ""}, goal: &goal{">=", 3}},
+	{name: "freshness p50 s, flow end → committed Parquet (roll_age 30s vs the default 5m)",
+		value:    ref{"BenchmarkFreshness/roll_age=30s", "p50_s", ""},
+		baseline: &ref{"BenchmarkFreshness/defaults", "p50_s", ""}},
+	{name: "freshness p99 s, flow end → committed Parquet (roll_age 30s vs the default 5m)",
+		value:    ref{"BenchmarkFreshness/roll_age=30s", "p99_s", ""},
+		baseline: &ref{"BenchmarkFreshness/defaults", "p99_s", ""}},
 }
 
 const module = "github.com/tapflow/tapflow"

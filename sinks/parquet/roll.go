@@ -81,6 +81,7 @@ func (s *Sink[T]) roll(reason string) {
 		}
 	}
 	s.commits++
+	s.growStep()
 	failpointCommitted(s.log, s.crashAt, s.commits) // test builds only: files committed, batches not acked
 	batches, _ := s.acks.Len()
 	s.acks.Ack(nil)
@@ -117,6 +118,9 @@ func (s *Sink[T]) abort() {
 
 // fail aborts every open file and acks every batch held with err.
 func (s *Sink[T]) fail(err error) {
+	if isSpaceErr(err) {
+		s.shrinkStep(s.openEstimate())
+	}
 	s.abort()
 	batches, records := s.acks.Len()
 	s.failHeld(err)

@@ -173,6 +173,7 @@ type Sink[T any] struct {
 	seen       map[int64]struct{}   // scratch: hours of the batch being checked
 	cur        *pipeline.BatchOf[T] // the batch being written, not yet in acks
 	rejLog     failLog
+	step       int64 // byte budget of a commit after a full disk (space.go); 0: off
 }
 
 // file is one open partition file.

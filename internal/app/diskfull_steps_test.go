@@ -168,7 +168,6 @@ func TestDiskFullSmallSteps(t *testing.T) {
 	go func() { done <- coll.Run(ctx) }()
 	defer func() { stop(); <-done }()
 
-
 	// Full: the commit fails with ENOSPC, nothing is acked.
 	deadline := time.Now().Add(40 * time.Second)
 	for logs.find("no space left on device") == "" {

@@ -347,6 +347,7 @@ func (s *Sink[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]) error
 	s.runCtx = ctx
 	s.removeStale()
 	if s.remote != nil {
+		s.abortIncomplete(ctx)
 		s.uploadStaged(ctx)
 	}
 	defer s.stopTimer()

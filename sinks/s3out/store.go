@@ -275,7 +275,9 @@ func (s *Store) abort(c *s3.Client, key, id string) {
 		s.log.Warn("cannot abort a failed multipart upload now; retried once S3 answers again", "key", key, "err", err)
 		s.left[key] = id
 	} else {
-		s.m.aborted.Inc()
+		if err == nil { // NoSuchUpload: already gone (completed, or aborted by a lifecycle rule)
+			s.m.aborted.Inc()
+		}
 		delete(s.left, key)
 	}
 	s.m.left.Set(float64(len(s.left)))

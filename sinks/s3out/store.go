@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -322,6 +323,15 @@ func (s *Store) AbortIncomplete(ctx context.Context, dir, writer string) (int, e
 		}
 		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
 	}
+	// Remembered uploads the listing no longer shows are gone already.
+	s.mu.Lock()
+	for key := range s.left {
+		if strings.HasPrefix(key, prefix) && ownFile(key, writer) && !slices.ContainsFunc(found, func(u upload) bool { return u.key == key }) {
+			delete(s.left, key)
+		}
+	}
+	s.m.left.Set(float64(len(s.left)))
+	s.mu.Unlock()
 	n := 0
 	for _, u := range found {
 		s.mu.Lock()

@@ -87,7 +87,7 @@ func (s *Sink[T]) roll(reason string) {
 	s.acks.Ack(nil)
 	s.log.Info("committed parquet files", "reason", reason, "files", len(files), "rows", rows, "bytes", bytes,
 		"batches", batches, "commit_seconds", took.Seconds())
-	if s.fails.failures > 0 {
+	if s.fails.failures > 0 && s.step == 0 { // during small steps failures and successes alternate: one line when they end
 		s.log.Info("parquet commits recovered", "failed_attempts", s.fails.failures)
 		s.fails = failLog{}
 	}

@@ -34,8 +34,12 @@
 // Failures (unwritable directory, full disk, …) remove the open files and
 // ack every held batch with a [*CommitError] naming the path and the fix;
 // the sink logs that once, counts it and keeps running, and the source
-// redelivers. Temp files of this writer left by a crash are removed when Run
-// starts.
+// redelivers. After a failure for lack of space (ENOSPC, EDQUOT) it commits
+// in small steps that fit the free space until commits succeed again
+// (space.go), so the redelivered backlog drains file by file with little
+// room. Temp files of this writer left by a crash are removed when Run
+// starts; with a Remote that can (s3out), so are this writer's incomplete
+// multipart uploads, again after an upload succeeds following failures.
 //
 // Two record forms: T = a generated record struct (FlowSchema, MeterSchema:
 // GenericWriter[T]), and T = schemas.Row (FlowRowSchema, MeterRowSchema:

@@ -84,12 +84,13 @@ func (s *Sink[T]) roll(reason string) {
 		s.fresh.observe(StageUploaded, time.Now(), ends)
 	}
 	s.commits++
+	s.growStep()
 	failpointCommitted(s.log, s.crashAt, s.commits) // test builds only: files committed, batches not acked
 	batches, _ := s.acks.Len()
 	s.acks.Ack(nil)
 	s.log.Info("committed parquet files", "reason", reason, "files", len(files), "rows", rows, "bytes", bytes,
 		"batches", batches, "commit_seconds", took.Seconds())
-	if s.fails.failures > 0 {
+	if s.fails.failures > 0 && s.step == 0 { // during small steps failures and successes alternate: one line when they end
 		s.log.Info("parquet commits recovered", "failed_attempts", s.fails.failures)
 		s.fails = failLog{}
 	}
@@ -121,6 +122,9 @@ func (s *Sink[T]) abort() {
 
 // fail aborts every open file and acks every batch held with err.
 func (s *Sink[T]) fail(err error) {
+	if isSpaceErr(err) {
+		s.shrinkStep(s.openEstimate())
+	}
 	s.abort()
 	batches, records := s.acks.Len()
 	s.failHeld(err)

@@ -181,7 +181,8 @@ type Sink[T any] struct {
 	rejLog     failLog
 	commitDue  func() string
 	fresh      *freshness
-	ends       ends // time_end seconds of the records in the open files
+	ends       ends  // time_end seconds of the records in the open files
+	step       int64 // byte budget of a commit after a full disk (space.go); 0: off
 }
 
 // file is one open partition file.
@@ -356,6 +357,7 @@ func (s *Sink[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]) error
 	s.runCtx = ctx
 	s.removeStale()
 	if s.remote != nil {
+		s.abortIncomplete(ctx)
 		s.uploadStaged(ctx)
 	}
 	defer s.stopTimer()

@@ -21,6 +21,30 @@ type Remote interface {
 	String() string
 }
 
+// incompleteAborter is a Remote that can abort the incomplete multipart
+// uploads a writer left behind (s3out.Store): a failed upload whose abort
+// failed too (S3 unreachable), or an upload cut by a crash.
+type incompleteAborter interface {
+	AbortIncomplete(ctx context.Context, dir, writer string) (int, error)
+}
+
+// abortIncomplete asks the remote to abort this writer's incomplete
+// uploads; it runs when no upload of this sink is in flight (at start, and
+// once S3 answers again after failures). Failures are logged: the next
+// recovery or start tries again.
+func (s *Sink[T]) abortIncomplete(ctx context.Context) {
+	a, ok := s.remote.(incompleteAborter)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := a.AbortIncomplete(ctx, s.schema.Dir, s.writer); err != nil && ctx.Err() == nil {
+		s.log.Warn("cannot abort this writer's incomplete multipart uploads now; tried again after the next failed upload recovers and at the next start",
+			"remote", s.remote.String(), "err", err)
+	}
+}
+
 func remoteName(r Remote) string {
 	if r == nil {
 		return "none"
@@ -54,6 +78,7 @@ func (s *Sink[T]) uploadOne(path, rel string) error {
 			if attempt > 1 {
 				s.log.Info("upload succeeded after retries; acks resume", "object", rel, "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond))
 				s.upLog = failLog{}
+				s.abortIncomplete(s.runCtx) // what the failed attempts left
 			}
 			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				s.log.Warn("cannot remove an uploaded staged file; remove it by hand", "path", path, "err", rerr)

@@ -82,6 +82,9 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 	if opening > 0 && len(s.files) > 0 && len(s.files)+opening > s.cfg.MaxOpenFiles {
 		s.roll("max open files")
 	}
+	if s.step > 0 && len(s.files) > 0 && s.openEstimate()+int64(float64(len(recs))*s.bpr) > s.stepBudget() {
+		s.roll("small step after a full disk")
+	}
 
 	// b is not held (acks) until its last record is written: a commit
 	// forced while it is being written (it spans more hours than
@@ -133,7 +136,9 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 			return
 		}
 	}
-	if s.commitDue != nil && len(s.files) > 0 {
+	if s.step > 0 && s.openEstimate() >= s.stepBudget() {
+		s.roll("small step after a full disk")
+	} else if s.commitDue != nil && len(s.files) > 0 {
 		if r := s.commitDue(); r != "" {
 			s.roll("early: " + r)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,13 @@ type Store struct {
 
 	once   sync.Mutex
 	client *s3.Client
+
+	// Multipart uploads this process left incomplete (an abort that
+	// failed: S3 unreachable) by key → upload id, and the keys being
+	// uploaded now (never aborted by AbortIncomplete).
+	mu       sync.Mutex
+	left     map[string]string
+	inflight map[string]int
 }
 
 type metrics struct {
@@ -47,6 +55,8 @@ type metrics struct {
 	parts    prometheus.Counter
 	failures prometheus.Counter
 	seconds  prometheus.Histogram
+	aborted  prometheus.Counter
+	left     prometheus.Gauge
 }
 
 var _ parquet.Remote = (*Store)(nil)
@@ -65,16 +75,21 @@ func New(output string, cfg Config, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{cfg: cfg, target: t, log: log.With("component", "s3out", "target", t.String(), "endpoint", endpointName(cfg)), client: opts.Client}
+	s := &Store{cfg: cfg, target: t, log: log.With("component", "s3out", "target", t.String(), "endpoint", endpointName(cfg)), client: opts.Client,
+		left: map[string]string{}, inflight: map[string]int{}}
 	s.m = metrics{
 		objects:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_s3_objects_uploaded_total", Help: "Objects stored in the S3 output."}),
 		bytes:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_s3_bytes_uploaded_total", Help: "Bytes stored in the S3 output."}),
 		parts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_s3_parts_uploaded_total", Help: "Multipart parts uploaded."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_s3_upload_failures_total", Help: "Upload attempts that failed (each is retried)."}),
 		seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_s3_upload_seconds", Help: "Time to store one object.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_s3_multipart_aborted_total",
+			Help: "Incomplete multipart uploads of this collector's files aborted (failed uploads, and leftovers of earlier runs found at start)."}),
+		left: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_s3_incomplete_uploads",
+			Help: "Incomplete multipart uploads this collector left in the bucket and could not abort yet (S3 unreachable); retried once S3 answers again."}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{s.m.objects, s.m.bytes, s.m.parts, s.m.failures, s.m.seconds} {
+		for _, c := range []prometheus.Collector{s.m.objects, s.m.bytes, s.m.parts, s.m.failures, s.m.seconds, s.m.aborted, s.m.left} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("s3out: register metrics: %w", err)
 			}
@@ -167,6 +182,16 @@ func (s *Store) Upload(ctx context.Context, path, rel string) error {
 		return fmt.Errorf("s3 upload: %w", err)
 	}
 	key := s.target.Key(rel)
+	s.mu.Lock()
+	s.inflight[key]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.inflight[key]--; s.inflight[key] <= 0 {
+			delete(s.inflight, key)
+		}
+		s.mu.Unlock()
+	}()
 	start := time.Now()
 	if st.Size() <= int64(s.cfg.PartSize) {
 		err = s.put(ctx, c, f, st.Size(), key)
@@ -206,13 +231,8 @@ func (s *Store) multipart(ctx context.Context, c *s3.Client, f *os.File, size in
 	if err != nil {
 		return fmt.Errorf("create multipart upload: %w", err)
 	}
-	abort := func() {
-		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, aerr := c.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(s.target.Bucket), Key: aws.String(key), UploadId: up.UploadId}); aerr != nil {
-			s.log.Warn("abort of a failed multipart upload failed; a bucket lifecycle rule (AbortIncompleteMultipartUpload) cleans it", "key", key, "err", aerr)
-		}
-	}
+	// A fresh context: the upload's may be what ended (a stop).
+	abort := func() { s.abort(c, key, aws.ToString(up.UploadId)) }
 	part := int64(s.cfg.PartSize)
 	var parts []types.CompletedPart
 	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+part {
@@ -240,6 +260,123 @@ func (s *Store) multipart(ctx context.Context, c *s3.Client, f *os.File, size in
 		return fmt.Errorf("complete multipart upload: %w", err)
 	}
 	return nil
+}
+
+// abort aborts one multipart upload with a fresh, bounded context; when it
+// fails (S3 unreachable: the same outage that failed the upload) the
+// upload is remembered, counted in tapflow_s3_incomplete_uploads and
+// aborted by the next AbortIncomplete.
+func (s *Store) abort(c *s3.Client, key, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.RequestTimeout.D(), 30*time.Second))
+	defer cancel()
+	_, err := c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(s.target.Bucket), Key: aws.String(key), UploadId: aws.String(id)})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil && !isNoSuchUpload(err) {
+		s.log.Warn("cannot abort a failed multipart upload now; retried once S3 answers again", "key", key, "err", err)
+		s.left[key] = id
+	} else {
+		if err == nil { // NoSuchUpload: already gone (completed, or aborted by a lifecycle rule)
+			s.m.aborted.Inc()
+		}
+		delete(s.left, key)
+	}
+	s.m.left.Set(float64(len(s.left)))
+}
+
+func isNoSuchUpload(err error) bool {
+	var nsu *types.NoSuchUpload
+	return errors.As(err, &nsu)
+}
+
+// AbortIncomplete aborts the incomplete multipart uploads of writer's
+// files (<writer>-<first>-<last>[-n].parquet) under dir (flows, meters) of
+// the output prefix, except those this process is uploading now: what an
+// earlier run left when it died or lost S3 mid-upload, and what an abort
+// during an outage could not remove. Other writers' uploads are never
+// touched. It returns how many it aborted. The Parquet sink calls it when
+// it starts and after an upload succeeds following failures; a sink
+// uploads one file at a time, so none of its own is in flight then.
+func (s *Store) AbortIncomplete(ctx context.Context, dir, writer string) (int, error) {
+	c, err := s.clientFor(ctx)
+	if err != nil {
+		return 0, err
+	}
+	prefix := s.target.Key(dir) + "/"
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(s.target.Bucket), Prefix: aws.String(prefix)}
+	type upload struct{ key, id string }
+	var found []upload
+	for {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout.D())
+		out, err := c.ListMultipartUploads(lctx, in)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("list incomplete multipart uploads under s3://%s/%s: %w", s.target.Bucket, prefix, err)
+		}
+		for _, u := range out.Uploads {
+			if key := aws.ToString(u.Key); ownFile(key, writer) {
+				found = append(found, upload{key, aws.ToString(u.UploadId)})
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) || (aws.ToString(out.NextKeyMarker) == "" && aws.ToString(out.NextUploadIdMarker) == "") {
+			break
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+	// Remembered uploads the listing no longer shows are gone already.
+	s.mu.Lock()
+	for key := range s.left {
+		if strings.HasPrefix(key, prefix) && ownFile(key, writer) && !slices.ContainsFunc(found, func(u upload) bool { return u.key == key }) {
+			delete(s.left, key)
+		}
+	}
+	s.m.left.Set(float64(len(s.left)))
+	s.mu.Unlock()
+	n := 0
+	for _, u := range found {
+		s.mu.Lock()
+		busy := s.inflight[u.key] > 0
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		s.abort(c, u.key, u.id)
+		s.mu.Lock()
+		_, failed := s.left[u.key]
+		s.mu.Unlock()
+		if failed {
+			return n, fmt.Errorf("abort incomplete multipart upload of s3://%s/%s: S3 did not accept it", s.target.Bucket, u.key)
+		}
+		n++
+	}
+	if n > 0 {
+		s.log.Info("aborted incomplete multipart uploads left by failed uploads or an earlier run", "dir", dir, "writer", writer, "uploads", n)
+	}
+	return n, nil
+}
+
+// ownFile reports whether key names a file the sink's writer uploads:
+// …/<writer>-<20 digits>-<20 digits>[-n].parquet.
+func ownFile(key, writer string) bool {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	rest, ok := strings.CutPrefix(name, writer+"-")
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutSuffix(rest, ".parquet")
+	if !ok || len(rest) < 41 || rest[20] != '-' || !digits(rest[:20]) || !digits(rest[21:41]) {
+		return false
+	}
+	return len(rest) == 41 || (rest[41] == '-' && digits(rest[42:]))
+}
+
+func digits(v string) bool {
+	for _, r := range v {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return v != ""
 }
 
 // List implements parquet.Committed: the .parquet objects of a partition

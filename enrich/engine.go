@@ -66,6 +66,8 @@ type Engine struct {
 	lastErr string
 	guard   inventory.DropGuard
 	reads   uint64 // provider Reads() at the last Load
+	// lastBuild is how long the last snapshot took to build.
+	lastBuild time.Duration
 
 	lateMu sync.Mutex
 	late   []heldRecord
@@ -255,6 +257,7 @@ func (e *Engine) rebuild(ctx context.Context) {
 	e.version++
 	s := snapshot.Build(e.lastInv, snapshot.Options{Version: e.version, Now: start, GhostGrace: e.cfg.GhostGrace.D(), MaxRouteHops: e.cfg.MaxRouteHops, Prev: prev})
 	built := time.Since(took)
+	e.lastBuild = built
 	if e.exporter != nil {
 		// Records of traffic before the swap are attributed against prev.
 		e.barrier(ctx, s.Changed(prev, start.UnixMicro()), s.Version())

@@ -4,45 +4,104 @@ package inventory
 // few values many times (each port names its project, network, subnets
 // and device owner), and a decoder allocates every occurrence: sharing
 // them is most of what a port's decoded form costs beyond its own ids.
-// Strings unique to an object (its id, MAC, addresses) are not interned:
-// the table would cost more than it saves.
-type interner map[string]string
+// Strings unique to an object (its id, MAC, addresses) are not interned,
+// the table would cost more than it saves: they are packed instead, the
+// strings of a few hundred objects into one allocation (a 36-byte UUID is
+// a 48-byte allocation on its own, a MAC 24).
+type interner struct {
+	m    map[string]string
+	uniq []*string // strings to pack at the next pack
+}
 
-func newInterner() interner { return interner{} }
+// packEvery is how many objects' unique strings share one allocation.
+const packEvery = 256
 
-func (in interner) s(p *string) {
+func newInterner() *interner { return &interner{m: map[string]string{}} }
+
+// u marks a string unique to its object, to pack.
+func (in *interner) u(p *string) {
+	if *p != "" {
+		in.uniq = append(in.uniq, p)
+	}
+}
+
+// pack copies the strings marked since the last pack into one allocation.
+func (in *interner) pack() {
+	n := 0
+	for _, p := range in.uniq {
+		n += len(*p)
+	}
+	if n == 0 {
+		in.uniq = in.uniq[:0]
+		return
+	}
+	buf := make([]byte, 0, n)
+	for _, p := range in.uniq {
+		buf = append(buf, *p...)
+	}
+	all := string(buf)
+	off := 0
+	for _, p := range in.uniq {
+		l := len(*p)
+		*p = all[off : off+l]
+		off += l
+	}
+	clear(in.uniq)
+	in.uniq = in.uniq[:0]
+}
+
+func (in *interner) s(p *string) {
 	if *p == "" {
 		return
 	}
-	if v, ok := in[*p]; ok {
+	if v, ok := in.m[*p]; ok {
 		*p = v
 		return
 	}
-	in[*p] = *p
+	in.m[*p] = *p
 }
 
-func (in interner) network(o *Network) { in.s(&o.ProjectID); in.s(&o.TenantID) }
+func (in *interner) project(o *Project) { in.u(&o.ID); in.u(&o.Name) }
 
-func (in interner) subnet(o *Subnet) {
+func (in *interner) network(o *Network) {
+	in.u(&o.ID)
+	in.u(&o.Name)
+	in.s(&o.ProjectID)
+	in.s(&o.TenantID)
+}
+
+func (in *interner) subnet(o *Subnet) {
+	in.u(&o.ID)
+	in.u(&o.Name)
+	in.u(&o.CIDR)
+	in.u(&o.GatewayIP)
 	in.s(&o.NetworkID)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 }
 
-func (in interner) port(o *Port) {
+func (in *interner) port(o *Port) {
+	in.u(&o.ID)
+	in.u(&o.Name)
+	in.u(&o.MACAddress)
+	in.u(&o.DeviceID)
 	in.s(&o.NetworkID)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 	in.s(&o.DeviceOwner)
 	for i := range o.FixedIPs {
 		in.s(&o.FixedIPs[i].SubnetID)
+		in.u(&o.FixedIPs[i].IPAddress)
 	}
 	for i := range o.AllowedAddressPairs {
 		in.s(&o.AllowedAddressPairs[i].IPAddress) // a VIP shared by the amphorae
+		in.u(&o.AllowedAddressPairs[i].MACAddress)
 	}
 }
 
-func (in interner) router(o *Router) {
+func (in *interner) router(o *Router) {
+	in.u(&o.ID)
+	in.u(&o.Name)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 	if g := o.ExternalGatewayInfo; g != nil {
@@ -53,16 +112,25 @@ func (in interner) router(o *Router) {
 	}
 }
 
-func (in interner) floatingIP(o *FloatingIP) {
+func (in *interner) floatingIP(o *FloatingIP) {
+	in.u(&o.ID)
+	in.u(&o.FloatingIPAddress)
+	in.u(&o.PortID)
+	in.u(&o.FixedIPAddress)
 	in.s(&o.FloatingNetworkID)
 	in.s(&o.RouterID)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 }
 
-func (in interner) server(o *Server) { in.s(&o.ProjectID); in.s(&o.TenantID) }
+func (in *interner) server(o *Server) {
+	in.u(&o.ID)
+	in.u(&o.Name)
+	in.s(&o.ProjectID)
+	in.s(&o.TenantID)
+}
 
-func (in interner) loadBalancer(o *LoadBalancer) {
+func (in *interner) loadBalancer(o *LoadBalancer) {
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 	in.s(&o.VIPSubnetID)
@@ -71,13 +139,13 @@ func (in interner) loadBalancer(o *LoadBalancer) {
 	in.s(&o.ProvisioningStatus)
 }
 
-func (in interner) amphora(o *Amphora) {
+func (in *interner) amphora(o *Amphora) {
 	in.s(&o.LoadBalancerID)
 	in.s(&o.Role)
 	in.s(&o.Status)
 }
 
-func (in interner) pool(o *Pool) {
+func (in *interner) pool(o *Pool) {
 	in.s(&o.ProjectID)
 	for i := range o.Members {
 		in.s(&o.Members[i].SubnetID)
@@ -85,45 +153,37 @@ func (in interner) pool(o *Pool) {
 	}
 }
 
-func (in interner) trunk(o *Trunk) {
+func (in *interner) trunk(o *Trunk) {
 	in.s(&o.ProjectID)
 	for i := range o.SubPorts {
 		in.s(&o.SubPorts[i].SegmentationType)
 	}
 }
 
-// intern shares the repeated strings of every object of inv.
-func (inv *Inventory) intern(in interner) {
-	for i := range inv.Networks {
-		in.network(&inv.Networks[i])
+// intern shares the repeated strings of every object of inv and packs
+// the unique ones.
+func (inv *Inventory) intern(in *interner) {
+	each(in, inv.Projects, in.project)
+	each(in, inv.Networks, in.network)
+	each(in, inv.Subnets, in.subnet)
+	each(in, inv.Ports, in.port)
+	each(in, inv.Routers, in.router)
+	each(in, inv.FloatingIPs, in.floatingIP)
+	each(in, inv.Servers, in.server)
+	each(in, inv.LoadBalancers, in.loadBalancer)
+	each(in, inv.Amphorae, in.amphora)
+	each(in, inv.Pools, in.pool)
+	each(in, inv.Trunks, in.trunk)
+}
+
+func each[T any](in *interner, objs []T, f func(*T)) {
+	for i := range objs {
+		f(&objs[i])
+		if (i+1)%packEvery == 0 {
+			in.pack()
+		}
 	}
-	for i := range inv.Subnets {
-		in.subnet(&inv.Subnets[i])
-	}
-	for i := range inv.Ports {
-		in.port(&inv.Ports[i])
-	}
-	for i := range inv.Routers {
-		in.router(&inv.Routers[i])
-	}
-	for i := range inv.FloatingIPs {
-		in.floatingIP(&inv.FloatingIPs[i])
-	}
-	for i := range inv.Servers {
-		in.server(&inv.Servers[i])
-	}
-	for i := range inv.LoadBalancers {
-		in.loadBalancer(&inv.LoadBalancers[i])
-	}
-	for i := range inv.Amphorae {
-		in.amphora(&inv.Amphorae[i])
-	}
-	for i := range inv.Pools {
-		in.pool(&inv.Pools[i])
-	}
-	for i := range inv.Trunks {
-		in.trunk(&inv.Trunks[i])
-	}
+	in.pack()
 }
 
 // Compact makes equal strings of inv share one copy, in place, and returns

@@ -223,7 +223,7 @@ func topKey(l []byte) (key string, inline, ok bool) {
 	return k, len(rest) > 0 && rest[0] != '#', true
 }
 
-func decodeInline(inv *Inventory, in interner, key string, chunk []byte) error {
+func decodeInline(inv *Inventory, in *interner, key string, chunk []byte) error {
 	var root yaml.Node
 	if err := yaml.Unmarshal(chunk, &root); err != nil || len(root.Content) != 1 {
 		return errSlow
@@ -244,43 +244,43 @@ func decodeInline(inv *Inventory, in interner, key string, chunk []byte) error {
 // collector appends one collection's objects, batch by batch.
 type collector struct {
 	inv    *Inventory
-	in     interner
+	in     *interner
 	decode func(batch []byte, n int) error
 	finish func() error
 }
 
-func newCollector(inv *Inventory, in interner, key string) *collector {
+func newCollector(inv *Inventory, in *interner, key string) *collector {
 	c := &collector{inv: inv, in: in}
 	switch key {
 	case "projects":
-		c.decode, c.finish = batcher(&inv.Projects, func(o *Project) string { return o.ID }, nil)
+		c.decode, c.finish = batcher(&inv.Projects, func(o *Project) string { return o.ID }, in, func(o *Project) { in.project(o) })
 	case "networks":
-		c.decode, c.finish = batcher(&inv.Networks, func(o *Network) string { return o.ID }, func(o *Network) { in.network(o) })
+		c.decode, c.finish = batcher(&inv.Networks, func(o *Network) string { return o.ID }, in, func(o *Network) { in.network(o) })
 	case "subnets":
-		c.decode, c.finish = batcher(&inv.Subnets, func(o *Subnet) string { return o.ID }, func(o *Subnet) { in.subnet(o) })
+		c.decode, c.finish = batcher(&inv.Subnets, func(o *Subnet) string { return o.ID }, in, func(o *Subnet) { in.subnet(o) })
 	case "ports":
-		c.decode, c.finish = batcher(&inv.Ports, func(o *Port) string { return o.ID }, func(o *Port) { in.port(o) })
+		c.decode, c.finish = batcher(&inv.Ports, func(o *Port) string { return o.ID }, in, func(o *Port) { in.port(o) })
 	case "routers":
-		c.decode, c.finish = batcher(&inv.Routers, func(o *Router) string { return o.ID }, func(o *Router) { in.router(o) })
+		c.decode, c.finish = batcher(&inv.Routers, func(o *Router) string { return o.ID }, in, func(o *Router) { in.router(o) })
 	case "floatingips":
-		c.decode, c.finish = batcher(&inv.FloatingIPs, func(o *FloatingIP) string { return o.ID }, func(o *FloatingIP) { in.floatingIP(o) })
+		c.decode, c.finish = batcher(&inv.FloatingIPs, func(o *FloatingIP) string { return o.ID }, in, func(o *FloatingIP) { in.floatingIP(o) })
 	case "servers":
-		c.decode, c.finish = batcher(&inv.Servers, func(o *Server) string { return o.ID }, func(o *Server) { in.server(o) })
+		c.decode, c.finish = batcher(&inv.Servers, func(o *Server) string { return o.ID }, in, func(o *Server) { in.server(o) })
 	case "loadbalancers":
-		c.decode, c.finish = batcher(&inv.LoadBalancers, func(o *LoadBalancer) string { return o.ID }, func(o *LoadBalancer) { in.loadBalancer(o) })
+		c.decode, c.finish = batcher(&inv.LoadBalancers, func(o *LoadBalancer) string { return o.ID }, in, func(o *LoadBalancer) { in.loadBalancer(o) })
 	case "amphorae":
-		c.decode, c.finish = batcher(&inv.Amphorae, func(o *Amphora) string { return o.ID }, func(o *Amphora) { in.amphora(o) })
+		c.decode, c.finish = batcher(&inv.Amphorae, func(o *Amphora) string { return o.ID }, in, func(o *Amphora) { in.amphora(o) })
 	case "pools":
-		c.decode, c.finish = batcher(&inv.Pools, func(o *Pool) string { return o.ID }, func(o *Pool) { in.pool(o) })
+		c.decode, c.finish = batcher(&inv.Pools, func(o *Pool) string { return o.ID }, in, func(o *Pool) { in.pool(o) })
 	case "trunks":
-		c.decode, c.finish = batcher(&inv.Trunks, func(o *Trunk) string { return o.ID }, func(o *Trunk) { in.trunk(o) })
+		c.decode, c.finish = batcher(&inv.Trunks, func(o *Trunk) string { return o.ID }, in, func(o *Trunk) { in.trunk(o) })
 	}
 	return c
 }
 
 // batcher decodes batches of n objects into *dst, checking ids as
 // decodeList does; finish trims the slice to its length.
-func batcher[T any](dst *[]T, id func(*T) string, intern func(*T)) (func([]byte, int) error, func() error) {
+func batcher[T any](dst *[]T, id func(*T) string, in *interner, intern func(*T)) (func([]byte, int) error, func() error) {
 	seen := map[string]struct{}{}
 	decode := func(batch []byte, n int) error {
 		var root yaml.Node
@@ -299,15 +299,24 @@ func batcher[T any](dst *[]T, id func(*T) string, intern func(*T)) (func([]byte,
 			if err := item.Decode(&o); err != nil {
 				return errSlow
 			}
-			oid := id(&o)
-			if _, dup := seen[oid]; dup || oid == "" {
+			if id(&o) == "" {
+				return errSlow
+			}
+			*dst = append(*dst, o)
+		}
+		// interned and packed where they stay (append may have moved
+		// earlier objects, never these); ids are remembered packed, so
+		// the decoder's copies can go
+		for i := len(*dst) - n; i < len(*dst); i++ {
+			intern(&(*dst)[i])
+		}
+		in.pack()
+		for i := len(*dst) - n; i < len(*dst); i++ {
+			oid := id(&(*dst)[i])
+			if _, dup := seen[oid]; dup {
 				return errSlow
 			}
 			seen[oid] = struct{}{}
-			if intern != nil {
-				intern(&o)
-			}
-			*dst = append(*dst, o)
 		}
 		return nil
 	}

@@ -62,9 +62,50 @@ type Endpoint struct {
 	// domainKey names it across builds (ghosts).
 	domain    uint32
 	domainKey string
-	base      []netip.Addr // amphora data port fixed IPs (segment 2 side)
-	vips      []netip.Addr // the load balancer's VIPs (segment 1 side)
+	lb        *lbAddrs // amphora data ports only: one pointer, not two slices, per endpoint
 }
+
+// lbAddrs are an amphora data port's addresses.
+type lbAddrs struct {
+	base []netip.Addr // the port's fixed IPs (segment 2 side)
+	vips []netip.Addr // the load balancer's VIPs (segment 1 side)
+}
+
+// base is an amphora data port's fixed IPs, nil for other endpoints.
+func (e *Endpoint) base() []netip.Addr {
+	if e.lb == nil {
+		return nil
+	}
+	return e.lb.base
+}
+
+// vips is the load balancer's VIPs for an amphora data port, else nil.
+func (e *Endpoint) vips() []netip.Addr {
+	if e.lb == nil {
+		return nil
+	}
+	return e.lb.vips
+}
+
+// tapKey is a tap name's port id part (tap<port-id[:11]>), kept inline:
+// a string key would cost an allocation per port.
+type tapKey struct {
+	id [11]byte
+	n  uint8
+}
+
+// tapKeyOf is the key of tap name t; false when t cannot be a tap name of
+// the form Nova uses.
+func tapKeyOf(t string) (tapKey, bool) {
+	var k tapKey
+	if len(t) < 3 || len(t) > 3+len(k.id) || t[:3] != "tap" {
+		return k, false
+	}
+	k.n = uint8(copy(k.id[:], t[3:]))
+	return k, true
+}
+
+func (k tapKey) String() string { return "tap" + string(k.id[:k.n]) }
 
 // Options control Build.
 type Options struct {
@@ -99,7 +140,7 @@ type Snapshot struct {
 	// entry is inline so the ghost check, tenant comparison and router
 	// label need no pointer chase.
 	macs      map[uint64]macEntry
-	taps      map[string]uint64 // tap<port-id[:11]> → the port's MAC (received multicast)
+	taps      map[tapKey]uint64 // tap<port-id[:11]> → the port's MAC (received multicast)
 	labels    []string          // router exit labels, by macEntry.label
 	tenants   []string          // project by tenant index; 0 is ""
 	tables    []tables          // 0: global rows; i: tenant i
@@ -368,11 +409,13 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 		s.vlans[k] = macEntry{ep: e, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
 	}
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
-	s.taps = make(map[string]uint64, len(eps))
+	s.taps = make(map[tapKey]uint64, len(eps))
 	for mac, e := range eps {
 		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
 		if !e.AAP && e.PortID != "" {
-			s.taps["tap"+e.PortID[:min(11, len(e.PortID))]] = mac
+			if k, ok := tapKeyOf("tap" + e.PortID[:min(11, len(e.PortID))]); ok {
+				s.taps[k] = mac
+			}
 		}
 	}
 	labelIdx := map[string]int32{}
@@ -770,7 +813,9 @@ func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 		e := &Endpoint{TenantID: p.Project(), ServerID: p.DeviceID, PortID: p.ID, NetworkID: p.NetworkID}
 		if a, ok := amph[p.ID]; ok {
 			e.TenantID, e.LBID, e.Amphora = a.lb.Project(), a.lb.ID, true
-			e.base, e.vips = b.portIPs[p.ID], a.vips
+			if base := b.portIPs[p.ID]; len(base) > 0 || len(a.vips) > 0 {
+				e.lb = &lbAddrs{base: base, vips: a.vips}
+			}
 			e.ExternalNetwork = b.externalFallback(p, a.lb.VIPPortID)
 		} else {
 			e.ExternalNetwork = b.externalFallback(p)
@@ -1023,6 +1068,11 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		g := *e
 		if g.DeleteAtUS == 0 {
 			g.DeleteAtUS = deadline
+			// the inventory packs many ports' strings into one
+			// allocation: a ghost keeps copies, not the old inventory's
+			g.TenantID, g.ServerID, g.PortID = strings.Clone(g.TenantID), strings.Clone(g.ServerID), strings.Clone(g.PortID)
+			g.NetworkID, g.ExternalNetwork, g.LBID = strings.Clone(g.NetworkID), strings.Clone(g.ExternalNetwork), strings.Clone(g.LBID)
+			g.domainKey = strings.Clone(g.domainKey)
 		}
 		// the ghost's tenant index must point into this snapshot's tables;
 		// 0 (global rows only) when the tenant has none any more

@@ -1,5 +1,7 @@
 package inventory
 
+import "strings"
+
 // interner makes equal strings share one copy. A cloud's objects repeat a
 // few values many times (each port names its project, network, subnets
 // and device owner), and a decoder allocates every occurrence: sharing
@@ -11,12 +13,19 @@ package inventory
 type interner struct {
 	m    map[string]string
 	uniq []*string // strings to pack at the next pack
+	// Ports come before floating IPs and servers (in the file and in
+	// intern): a floating IP's port_id and a server's id then share the
+	// port's id and device_id instead of a copy each.
+	portIDs, deviceIDs map[string]string
+	packed             []*Port // ports marked since the last pack
 }
 
 // packEvery is how many objects' unique strings share one allocation.
 const packEvery = 256
 
-func newInterner() *interner { return &interner{m: map[string]string{}} }
+func newInterner() *interner {
+	return &interner{m: map[string]string{}, portIDs: map[string]string{}, deviceIDs: map[string]string{}}
+}
 
 // u marks a string unique to its object, to pack.
 func (in *interner) u(p *string) {
@@ -48,6 +57,27 @@ func (in *interner) pack() {
 	}
 	clear(in.uniq)
 	in.uniq = in.uniq[:0]
+	for _, p := range in.packed {
+		in.portIDs[p.ID] = p.ID
+		if p.DeviceID != "" && vmOwner(p.DeviceOwner) {
+			in.deviceIDs[p.DeviceID] = p.DeviceID
+		}
+	}
+	clear(in.packed)
+	in.packed = in.packed[:0]
+}
+
+// vmOwner: a port device_owner of a Nova instance (any owner outside
+// network:*).
+func vmOwner(owner string) bool { return owner != "" && !strings.HasPrefix(owner, "network:") }
+
+// shared points *p at the copy m holds, else marks it unique.
+func (in *interner) shared(m map[string]string, p *string) {
+	if v, ok := m[*p]; ok {
+		*p = v
+		return
+	}
+	in.u(p)
 }
 
 func (in *interner) s(p *string) {
@@ -81,6 +111,7 @@ func (in *interner) subnet(o *Subnet) {
 }
 
 func (in *interner) port(o *Port) {
+	in.packed = append(in.packed, o)
 	in.u(&o.ID)
 	in.u(&o.Name)
 	in.u(&o.MACAddress)
@@ -115,7 +146,7 @@ func (in *interner) router(o *Router) {
 func (in *interner) floatingIP(o *FloatingIP) {
 	in.u(&o.ID)
 	in.u(&o.FloatingIPAddress)
-	in.u(&o.PortID)
+	in.shared(in.portIDs, &o.PortID)
 	in.u(&o.FixedIPAddress)
 	in.s(&o.FloatingNetworkID)
 	in.s(&o.RouterID)
@@ -124,7 +155,7 @@ func (in *interner) floatingIP(o *FloatingIP) {
 }
 
 func (in *interner) server(o *Server) {
-	in.u(&o.ID)
+	in.shared(in.deviceIDs, &o.ID)
 	in.u(&o.Name)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)

@@ -18,6 +18,10 @@ type interner struct {
 	// port's id and device_id instead of a copy each.
 	portIDs, deviceIDs map[string]string
 	packed             []*Port // ports marked since the last pack
+	// fixed are the ports' fixed_ips lists, packed into one array too:
+	// each its own small allocation, they were spread over pages the
+	// decoder's garbage had otherwise emptied
+	fixed []*[]FixedIP
 }
 
 // packEvery is how many objects' unique strings share one allocation.
@@ -40,20 +44,18 @@ func (in *interner) pack() {
 	for _, p := range in.uniq {
 		n += len(*p)
 	}
-	if n == 0 {
-		in.uniq = in.uniq[:0]
-		return
-	}
-	buf := make([]byte, 0, n)
-	for _, p := range in.uniq {
-		buf = append(buf, *p...)
-	}
-	all := string(buf)
-	off := 0
-	for _, p := range in.uniq {
-		l := len(*p)
-		*p = all[off : off+l]
-		off += l
+	if n > 0 {
+		buf := make([]byte, 0, n)
+		for _, p := range in.uniq {
+			buf = append(buf, *p...)
+		}
+		all := string(buf)
+		off := 0
+		for _, p := range in.uniq {
+			l := len(*p)
+			*p = all[off : off+l]
+			off += l
+		}
 	}
 	clear(in.uniq)
 	in.uniq = in.uniq[:0]
@@ -65,6 +67,18 @@ func (in *interner) pack() {
 	}
 	clear(in.packed)
 	in.packed = in.packed[:0]
+	nf := 0
+	for _, f := range in.fixed {
+		nf += len(*f)
+	}
+	ips := make([]FixedIP, 0, nf)
+	for _, f := range in.fixed {
+		lo := len(ips)
+		ips = append(ips, *f...)
+		*f = ips[lo:len(ips):len(ips)] // full: an append copies, never overwrites the next port's
+	}
+	clear(in.fixed)
+	in.fixed = in.fixed[:0]
 }
 
 // vmOwner: a port device_owner of a Nova instance (any owner outside
@@ -112,6 +126,9 @@ func (in *interner) subnet(o *Subnet) {
 
 func (in *interner) port(o *Port) {
 	in.packed = append(in.packed, o)
+	if len(o.FixedIPs) > 0 {
+		in.fixed = append(in.fixed, &o.FixedIPs)
+	}
 	in.u(&o.ID)
 	in.u(&o.Name)
 	in.u(&o.MACAddress)

@@ -258,6 +258,7 @@ type routerInfo struct {
 }
 
 type builder struct {
+	slab       []Endpoint // newEndpoint's current chunk
 	inv        *inventory.Inventory
 	opt        Options
 	anomalies  []Anomaly
@@ -281,6 +282,17 @@ type builder struct {
 	rtRows     map[*routerInfo][]prow             // cache of router route rows, owner-relative
 	subPorts   map[string][]*inventory.Port       // subnet id → ports with a fixed IP on it
 	vlanEPs    map[vlanKey]*Endpoint              // trunk subports
+}
+
+// newEndpoint returns a zero Endpoint from a chunk of many: one
+// allocation per chunk, not a small one per port amid the builder's
+// garbage (which kept half-empty pages in use after the build).
+func (b *builder) newEndpoint() *Endpoint {
+	if len(b.slab) == cap(b.slab) {
+		b.slab = make([]Endpoint, 0, 1024)
+	}
+	b.slab = b.slab[:len(b.slab)+1]
+	return &b.slab[len(b.slab)-1]
 }
 
 // prow is a prefix row before it is put into a table.
@@ -810,7 +822,8 @@ func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 		if _, ok := b.networks[p.NetworkID]; !ok {
 			b.anomaly(AnomalyUnknownNetwork, "port", p.ID, "network_id %q is not in the inventory; admitted anyway", p.NetworkID)
 		}
-		e := &Endpoint{TenantID: p.Project(), ServerID: p.DeviceID, PortID: p.ID, NetworkID: p.NetworkID}
+		e := b.newEndpoint()
+		*e = Endpoint{TenantID: p.Project(), ServerID: p.DeviceID, PortID: p.ID, NetworkID: p.NetworkID}
 		if a, ok := amph[p.ID]; ok {
 			e.TenantID, e.LBID, e.Amphora = a.lb.Project(), a.lb.ID, true
 			if base := b.portIPs[p.ID]; len(base) > 0 || len(a.vips) > 0 {

@@ -180,7 +180,7 @@ func (e *Engine) Load(ctx context.Context) error {
 		changed = inv != nil
 	}
 	if changed {
-		e.lastInv = inv
+		e.keep(inv)
 		e.rebuild(ctx)
 		return nil
 	}
@@ -244,9 +244,17 @@ func (e *Engine) ConfirmDrop() bool {
 	e.m.invHeld.Set(0)
 	e.m.confirmed.WithLabelValues("operator").Inc()
 	e.log.Warn("held inventory confirmed by the operator; applying it", "ports", len(inv.Ports))
-	e.lastInv = inv
+	e.keep(inv)
 	e.rebuild(context.Background())
 	return true
+}
+
+// keep makes inv the inventory later rebuilds (ghost expiry) start from:
+// only what the snapshot builder reads. The file provider keeps nothing
+// itself, so there the floating IPs are trimmed too (see snapshot.Inputs).
+func (e *Engine) keep(inv *inventory.Inventory) {
+	_, file := e.prov.(fileProvider)
+	e.lastInv = snapshot.Inputs(inv, file)
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.

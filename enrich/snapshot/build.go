@@ -1098,3 +1098,24 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		s.stats.Ghosts++
 	}
 }
+
+// Inputs is the part of inv that Build reads, for a caller that keeps an
+// inventory only to rebuild snapshots from it: no projects or servers
+// (Build reads neither), and with trimFIPs floating IPs reduced to their
+// port and network (a copy of the list; worth it only when nothing else
+// holds inv). Build(Inputs(inv, …)) attributes exactly as Build(inv).
+func Inputs(inv *inventory.Inventory, trimFIPs bool) *inventory.Inventory {
+	if inv == nil {
+		return nil
+	}
+	c := *inv
+	c.Projects, c.Servers = nil, nil
+	if trimFIPs && len(inv.FloatingIPs) > 0 {
+		c.FloatingIPs = make([]inventory.FloatingIP, len(inv.FloatingIPs))
+		for i := range inv.FloatingIPs {
+			f := &inv.FloatingIPs[i]
+			c.FloatingIPs[i] = inventory.FloatingIP{PortID: f.PortID, FloatingNetworkID: f.FloatingNetworkID}
+		}
+	}
+	return &c
+}

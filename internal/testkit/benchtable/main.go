@@ -159,6 +159,11 @@ var figures = []figure{
 		baseline: &ref{"BenchmarkExportLive/flows=100000/sweep=idle", "ms/export", ""}},
 	{name: "kernel hit, NetObserv's net cost over this",
 		value: ref{"BenchmarkPerPacketVersus", "netobserv_net_over_this", ""}, goal: &goal{">=", 3}},
+	// issue 22 item 8: an agent's inventory (1,000,000 ports, fleet shape)
+	{name: "agent inventory, bytes held per port (1M ports)",
+		value: ref{"BenchmarkAgentInventoryMemory", "B/port", ""}, goal: &goal{"<=", 1024}},
+	{name: "agent inventory, peak RSS MiB during a swap (1M ports)",
+		value: ref{"BenchmarkAgentInventoryMemory", "swap-peak-RSS-MiB", ""}},
 }
 
 const module = "github.com/tapflow/tapflow"

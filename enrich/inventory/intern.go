@@ -1,6 +1,9 @@
 package inventory
 
-import "strings"
+import (
+	"strings"
+	"unsafe"
+)
 
 // interner makes equal strings share one copy. A cloud's objects repeat a
 // few values many times (each port names its project, network, subnets
@@ -11,8 +14,9 @@ import "strings"
 // strings of a few hundred objects into one allocation (a 36-byte UUID is
 // a 48-byte allocation on its own, a MAC 24).
 type interner struct {
-	m    map[string]string
-	uniq []*string // strings to pack at the next pack
+	m     map[string]string
+	chunk []byte    // keep's current chunk
+	uniq  []*string // strings to pack at the next pack
 	// Ports come before floating IPs and servers (in the file and in
 	// intern): a floating IP's port_id and a server's id then share the
 	// port's id and device_id instead of a copy each.
@@ -22,6 +26,7 @@ type interner struct {
 	// each its own small allocation, they were spread over pages the
 	// decoder's garbage had otherwise emptied
 	fixed []*[]FixedIP
+	gws   []**GatewayInfo // routers' gateways, packed into one array too
 }
 
 // packEvery is how many objects' unique strings share one allocation.
@@ -79,6 +84,15 @@ func (in *interner) pack() {
 	}
 	clear(in.fixed)
 	in.fixed = in.fixed[:0]
+	if len(in.gws) > 0 {
+		gws := make([]GatewayInfo, len(in.gws))
+		for i, g := range in.gws {
+			gws[i] = **g
+			*g = &gws[i]
+		}
+		clear(in.gws)
+		in.gws = in.gws[:0]
+	}
 }
 
 // vmOwner: a port device_owner of a Nova instance (any owner outside
@@ -102,8 +116,29 @@ func (in *interner) s(p *string) {
 		*p = v
 		return
 	}
-	in.m[*p] = *p
+	v := in.keep(*p)
+	in.m[v] = v
+	*p = v
 }
+
+// keep copies v into the interner's current chunk. The first copy of a
+// shared value would otherwise be the decoder's, one small string amid
+// thousands the decoder made and dropped: a page stays in use for it.
+func (in *interner) keep(v string) string {
+	if len(v) > internChunk/4 {
+		return strings.Clone(v)
+	}
+	if cap(in.chunk)-len(in.chunk) < len(v) {
+		in.chunk = make([]byte, 0, internChunk)
+	}
+	off := len(in.chunk)
+	in.chunk = append(in.chunk, v...)
+	// the bytes are never written again: the chunk only grows
+	return unsafe.String(&in.chunk[off], len(v))
+}
+
+// internChunk is the size of the interner's string chunks.
+const internChunk = 16 << 10
 
 func (in *interner) project(o *Project) { in.u(&o.ID); in.u(&o.Name) }
 
@@ -156,7 +191,13 @@ func (in *interner) router(o *Router) {
 		in.s(&g.NetworkID)
 		for i := range g.ExternalFixedIPs {
 			in.s(&g.ExternalFixedIPs[i].SubnetID)
+			in.u(&g.ExternalFixedIPs[i].IPAddress)
 		}
+		in.gws = append(in.gws, &o.ExternalGatewayInfo)
+	}
+	for i := range o.Routes {
+		in.u(&o.Routes[i].Destination)
+		in.u(&o.Routes[i].NextHop)
 	}
 }
 
@@ -179,6 +220,10 @@ func (in *interner) server(o *Server) {
 }
 
 func (in *interner) loadBalancer(o *LoadBalancer) {
+	in.u(&o.ID)
+	in.u(&o.Name)
+	in.u(&o.VIPAddress)
+	in.u(&o.VIPPortID)
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 	in.s(&o.VIPSubnetID)
@@ -188,22 +233,41 @@ func (in *interner) loadBalancer(o *LoadBalancer) {
 }
 
 func (in *interner) amphora(o *Amphora) {
+	in.u(&o.ID)
+	in.u(&o.ComputeID)
+	in.u(&o.LBNetworkIP)
+	in.u(&o.VRRPIP)
+	in.u(&o.HAIP)
+	in.u(&o.VRRPPortID)
+	in.u(&o.HAPortID)
 	in.s(&o.LoadBalancerID)
 	in.s(&o.Role)
 	in.s(&o.Status)
 }
 
 func (in *interner) pool(o *Pool) {
+	in.u(&o.ID)
+	in.u(&o.Name)
 	in.s(&o.ProjectID)
+	for i := range o.LoadBalancers {
+		in.s(&o.LoadBalancers[i].ID)
+	}
 	for i := range o.Members {
+		in.u(&o.Members[i].ID)
+		in.u(&o.Members[i].Name)
+		in.u(&o.Members[i].Address)
 		in.s(&o.Members[i].SubnetID)
 		in.s(&o.Members[i].ProjectID)
 	}
 }
 
 func (in *interner) trunk(o *Trunk) {
+	in.u(&o.ID)
+	in.u(&o.Name)
 	in.s(&o.ProjectID)
+	in.u(&o.PortID)
 	for i := range o.SubPorts {
+		in.u(&o.SubPorts[i].PortID)
 		in.s(&o.SubPorts[i].SegmentationType)
 	}
 }

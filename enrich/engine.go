@@ -66,6 +66,8 @@ type Engine struct {
 	lastErr string
 	guard   inventory.DropGuard
 	reads   uint64 // provider Reads() at the last Load
+	// lastBuild is how long the last snapshot took to build.
+	lastBuild time.Duration
 
 	lateMu sync.Mutex
 	late   []heldRecord
@@ -178,7 +180,7 @@ func (e *Engine) Load(ctx context.Context) error {
 		changed = inv != nil
 	}
 	if changed {
-		e.lastInv = inv
+		e.keep(inv)
 		e.rebuild(ctx)
 		return nil
 	}
@@ -242,9 +244,17 @@ func (e *Engine) ConfirmDrop() bool {
 	e.m.invHeld.Set(0)
 	e.m.confirmed.WithLabelValues("operator").Inc()
 	e.log.Warn("held inventory confirmed by the operator; applying it", "ports", len(inv.Ports))
-	e.lastInv = inv
+	e.keep(inv)
 	e.rebuild(context.Background())
 	return true
+}
+
+// keep makes inv the inventory later rebuilds (ghost expiry) start from:
+// only what the snapshot builder reads. The file provider keeps nothing
+// itself, so there the floating IPs are trimmed too (see snapshot.Inputs).
+func (e *Engine) keep(inv *inventory.Inventory) {
+	_, file := e.prov.(fileProvider)
+	e.lastInv = snapshot.Inputs(inv, file)
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.
@@ -255,6 +265,7 @@ func (e *Engine) rebuild(ctx context.Context) {
 	e.version++
 	s := snapshot.Build(e.lastInv, snapshot.Options{Version: e.version, Now: start, GhostGrace: e.cfg.GhostGrace.D(), MaxRouteHops: e.cfg.MaxRouteHops, Prev: prev})
 	built := time.Since(took)
+	e.lastBuild = built
 	if e.exporter != nil {
 		// Records of traffic before the swap are attributed against prev.
 		e.barrier(ctx, s.Changed(prev, start.UnixMicro()), s.Version())

@@ -1,12 +1,16 @@
 package inventory
 
 import (
+	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 )
 
 // FuzzParse: the inventory file (inventory.provider: file, validate
-// --inventory) as read from disk. No panic; an error names the file.
+// --inventory) as read from disk. No panic; an error names the file; a
+// document read in pieces reads exactly as the whole-document reader
+// reads it.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("{}"))
 	f.Add([]byte(""))
@@ -17,7 +21,15 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("a: &a [*a, *a]\nports: *a\n"))                                                // alias loop
 	f.Add([]byte(`{"ports": [{"id": "p", "fixed_ips": "x"}]}`))                                 // JSON, wrong type
 	f.Add([]byte("x: &x [1,2]\ny: &y [*x,*x,*x,*x,*x,*x,*x,*x]\nz: &z [*y,*y,*y,*y,*y,*y,*y,*y]\nports: [*z,*z,*z,*z]\n"))
+	f.Add([]byte("ports:\n- id: p1\n  network_id: &n n1\n- id: p2\n  network_id: *n\nnetworks:\n  - {id: n1}\n"))          // column 0, anchors
+	f.Add([]byte("servers: [{id: a}]\nports:\n  - id: p\n    name: |\n      - x\n    fixed_ips:\n      - subnet_id: s\n")) // inline, block scalar
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if s, err := readStream(bytes.NewReader(data)); err == nil {
+			w, werr := parseWhole(data, "fuzz.yaml")
+			if werr != nil || !reflect.DeepEqual(s, w) {
+				t.Fatalf("read in pieces: %+v\nwhole document: %+v (err %v)", s, w, werr)
+			}
+		}
 		inv, err := Parse(data, "fuzz.yaml")
 		if err != nil {
 			if inv != nil {

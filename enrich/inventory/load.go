@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -19,6 +20,15 @@ var Collections = []string{"projects", "networks", "subnets", "ports", "routers"
 // is used in errors only. An error names the collection, the object (index
 // and id) and the field.
 func Parse(data []byte, name string) (*Inventory, error) {
+	if inv, err := readStream(bytes.NewReader(data)); err == nil {
+		return inv, nil
+	}
+	return parseWhole(data, name)
+}
+
+// parseWhole is Parse through one node tree of the whole document: every
+// layout YAML allows, and the errors.
+func parseWhole(data []byte, name string) (*Inventory, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("inventory %s: %s", name, cleanYAMLError(err))
@@ -36,60 +46,103 @@ func Parse(data []byte, name string) (*Inventory, error) {
 	}
 	var errs []error
 	for i := 0; i+1 < len(doc.Content); i += 2 {
-		k, v := doc.Content[i], doc.Content[i+1]
-		var err error
-		switch k.Value {
-		case "projects":
-			inv.Projects, err = decodeList(v, k.Value, func(o *Project) string { return o.ID })
-		case "networks":
-			inv.Networks, err = decodeList(v, k.Value, func(o *Network) string { return o.ID })
-		case "subnets":
-			inv.Subnets, err = decodeList(v, k.Value, func(o *Subnet) string { return o.ID })
-		case "ports":
-			inv.Ports, err = decodeList(v, k.Value, func(o *Port) string { return o.ID })
-		case "routers":
-			inv.Routers, err = decodeList(v, k.Value, func(o *Router) string { return o.ID })
-		case "floatingips":
-			inv.FloatingIPs, err = decodeList(v, k.Value, func(o *FloatingIP) string { return o.ID })
-		case "servers":
-			inv.Servers, err = decodeList(v, k.Value, func(o *Server) string { return o.ID })
-		case "loadbalancers":
-			inv.LoadBalancers, err = decodeList(v, k.Value, func(o *LoadBalancer) string { return o.ID })
-		case "amphorae":
-			inv.Amphorae, err = decodeList(v, k.Value, func(o *Amphora) string { return o.ID })
-		case "pools":
-			inv.Pools, err = decodeList(v, k.Value, func(o *Pool) string { return o.ID })
-			if err == nil {
-				err = checkMembers(inv.Pools)
-			}
-		case "trunks":
-			inv.Trunks, err = decodeList(v, k.Value, func(o *Trunk) string { return o.ID })
-			if err == nil {
-				err = checkTrunks(inv.Trunks)
-			}
-		default:
-			err = fmt.Errorf("line %d: unknown collection %q; known: %s", k.Line, k.Value, strings.Join(Collections, ", "))
-		}
-		if err != nil {
+		if err := decodeCollection(inv, doc.Content[i], doc.Content[i+1]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("inventory %s: %w", name, err)
 	}
+	inv.intern(newInterner())
 	return inv, nil
+}
+
+// decodeCollection decodes one top-level key k and its value v into inv.
+func decodeCollection(inv *Inventory, k, v *yaml.Node) error {
+	var err error
+	switch k.Value {
+	case "projects":
+		inv.Projects, err = decodeList(v, k.Value, func(o *Project) string { return o.ID })
+	case "networks":
+		inv.Networks, err = decodeList(v, k.Value, func(o *Network) string { return o.ID })
+	case "subnets":
+		inv.Subnets, err = decodeList(v, k.Value, func(o *Subnet) string { return o.ID })
+	case "ports":
+		inv.Ports, err = decodeList(v, k.Value, func(o *Port) string { return o.ID })
+	case "routers":
+		inv.Routers, err = decodeList(v, k.Value, func(o *Router) string { return o.ID })
+	case "floatingips":
+		inv.FloatingIPs, err = decodeList(v, k.Value, func(o *FloatingIP) string { return o.ID })
+	case "servers":
+		inv.Servers, err = decodeList(v, k.Value, func(o *Server) string { return o.ID })
+	case "loadbalancers":
+		inv.LoadBalancers, err = decodeList(v, k.Value, func(o *LoadBalancer) string { return o.ID })
+	case "amphorae":
+		inv.Amphorae, err = decodeList(v, k.Value, func(o *Amphora) string { return o.ID })
+	case "pools":
+		inv.Pools, err = decodeList(v, k.Value, func(o *Pool) string { return o.ID })
+		if err == nil {
+			err = checkMembers(inv.Pools)
+		}
+	case "trunks":
+		inv.Trunks, err = decodeList(v, k.Value, func(o *Trunk) string { return o.ID })
+		if err == nil {
+			err = checkTrunks(inv.Trunks)
+		}
+	default:
+		err = fmt.Errorf("line %d: unknown collection %q; known: %s", k.Line, k.Value, strings.Join(Collections, ", "))
+	}
+	return err
 }
 
 // ErrEmpty marks an inventory file with no content at all.
 var ErrEmpty = errors.New("empty inventory")
 
-// Load reads and parses the inventory file at path.
+// Load reads and parses the inventory file at path. A file in the layout
+// inventory dump writes is read in pieces, never whole.
 func Load(path string) (*Inventory, error) {
+	inv, _, err := load(path)
+	return inv, err
+}
+
+// load is Load, also returning the SHA-256 of the content parsed (zero
+// when the file could not be read).
+func load(path string) (*Inventory, [32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, sum, fmt.Errorf("load inventory %s: %w", path, err)
+	}
+	h := sha256.New()
+	inv, serr := readStream(io.TeeReader(f, h))
+	f.Close()
+	if serr == nil {
+		h.Sum(sum[:0])
+		return inv, sum, nil
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("load inventory %s: %w", path, err)
+		return nil, sum, fmt.Errorf("load inventory %s: %w", path, err)
 	}
-	return Parse(data, path)
+	sum = sha256.Sum256(data)
+	inv, err = parseWhole(data, path)
+	return inv, sum, err
+}
+
+// hashFile is the SHA-256 of the file at path, read in pieces.
+func hashFile(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	h.Sum(sum[:0])
+	return sum, nil
 }
 
 // decodeList decodes a sequence of objects one by one, so that an error
@@ -241,16 +294,22 @@ func (f *File) Path() string { return f.path }
 // Poll with that same content returns (nil, false, nil). Not safe for
 // concurrent use.
 func (f *File) Poll() (inv *Inventory, changed bool, err error) {
-	data, err := os.ReadFile(f.path)
+	// hash first: an unchanged file (every poll but a few) is not parsed
+	h, err := hashFile(f.path)
 	if err != nil {
 		return nil, false, fmt.Errorf("load inventory %s: %w", f.path, err)
 	}
-	h := sha256.Sum256(data)
-	if f.loaded && bytes.Equal(h[:], f.lastHash[:]) {
+	if f.loaded && h == f.lastHash {
 		return nil, false, nil
 	}
+	inv, h, err = load(f.path)
+	if err != nil && h == ([32]byte{}) {
+		return nil, false, err // not read at all
+	}
+	if f.loaded && h == f.lastHash {
+		return nil, false, nil // replaced by the previous content meanwhile
+	}
 	f.lastHash, f.loaded = h, true
-	inv, err = Parse(data, f.path)
 	if err != nil {
 		return nil, false, err
 	}

@@ -102,8 +102,10 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	}
 	if !known && in.Dir == schemas.DirRX && IsGroupMAC(in.VMMAC) && in.Tap != "" {
 		// Received multicast/broadcast: the tap names the receiving port.
-		if mac, ok := s.taps[in.Tap]; ok {
-			vme, known = s.lookupMAC(mac, in.NowUS)
+		if k, ok := tapKeyOf(in.Tap); ok {
+			if mac, ok := s.taps[k]; ok {
+				vme, known = s.lookupMAC(mac, in.NowUS)
+			}
 		}
 	}
 	vm := vme.ep
@@ -129,11 +131,11 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	}
 	if vme.amphora {
 		switch {
-		case has(vm.base, local):
+		case has(vm.base(), local):
 			out.LBSegment = 2
 			// at the amphora: the member is the far end
 			out.PoolID, out.MemberID = s.member(vm.LBID, remote, in.RemotePort)
-		case has(vm.vips, local):
+		case has(vm.vips(), local):
 			out.LBSegment = 1
 		}
 	}
@@ -149,7 +151,7 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		switch {
 		case vme.amphora && out.LBSegment == 2:
 			out.Zone = schemas.ZoneInfra
-		case pe.amphora && has(pe.ep.base, remote):
+		case pe.amphora && has(pe.ep.base(), remote):
 			out.Zone, out.LBSegment = schemas.ZoneInfra, 2
 			// at the member: this VM is the member, of the amphora's LB;
 			// the amphora's tap saw these bytes too (lb_tap says which
@@ -163,7 +165,7 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		default:
 			out.Zone = schemas.ZoneOtherTenant
 		}
-		if pe.amphora && out.LBSegment == 0 && has(pe.ep.vips, remote) {
+		if pe.amphora && out.LBSegment == 0 && has(pe.ep.vips(), remote) {
 			out.LBSegment = 1
 		}
 		return

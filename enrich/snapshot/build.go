@@ -62,9 +62,50 @@ type Endpoint struct {
 	// domainKey names it across builds (ghosts).
 	domain    uint32
 	domainKey string
-	base      []netip.Addr // amphora data port fixed IPs (segment 2 side)
-	vips      []netip.Addr // the load balancer's VIPs (segment 1 side)
+	lb        *lbAddrs // amphora data ports only: one pointer, not two slices, per endpoint
 }
+
+// lbAddrs are an amphora data port's addresses.
+type lbAddrs struct {
+	base []netip.Addr // the port's fixed IPs (segment 2 side)
+	vips []netip.Addr // the load balancer's VIPs (segment 1 side)
+}
+
+// base is an amphora data port's fixed IPs, nil for other endpoints.
+func (e *Endpoint) base() []netip.Addr {
+	if e.lb == nil {
+		return nil
+	}
+	return e.lb.base
+}
+
+// vips is the load balancer's VIPs for an amphora data port, else nil.
+func (e *Endpoint) vips() []netip.Addr {
+	if e.lb == nil {
+		return nil
+	}
+	return e.lb.vips
+}
+
+// tapKey is a tap name's port id part (tap<port-id[:11]>), kept inline:
+// a string key would cost an allocation per port.
+type tapKey struct {
+	id [11]byte
+	n  uint8
+}
+
+// tapKeyOf is the key of tap name t; false when t cannot be a tap name of
+// the form Nova uses.
+func tapKeyOf(t string) (tapKey, bool) {
+	var k tapKey
+	if len(t) < 3 || len(t) > 3+len(k.id) || t[:3] != "tap" {
+		return k, false
+	}
+	k.n = uint8(copy(k.id[:], t[3:]))
+	return k, true
+}
+
+func (k tapKey) String() string { return "tap" + string(k.id[:k.n]) }
 
 // Options control Build.
 type Options struct {
@@ -99,7 +140,7 @@ type Snapshot struct {
 	// entry is inline so the ghost check, tenant comparison and router
 	// label need no pointer chase.
 	macs      map[uint64]macEntry
-	taps      map[string]uint64 // tap<port-id[:11]> → the port's MAC (received multicast)
+	taps      map[tapKey]uint64 // tap<port-id[:11]> → the port's MAC (received multicast)
 	labels    []string          // router exit labels, by macEntry.label
 	tenants   []string          // project by tenant index; 0 is ""
 	tables    []tables          // 0: global rows; i: tenant i
@@ -217,6 +258,7 @@ type routerInfo struct {
 }
 
 type builder struct {
+	slab       []Endpoint // newEndpoint's current chunk
 	inv        *inventory.Inventory
 	opt        Options
 	anomalies  []Anomaly
@@ -240,6 +282,17 @@ type builder struct {
 	rtRows     map[*routerInfo][]prow             // cache of router route rows, owner-relative
 	subPorts   map[string][]*inventory.Port       // subnet id → ports with a fixed IP on it
 	vlanEPs    map[vlanKey]*Endpoint              // trunk subports
+}
+
+// newEndpoint returns a zero Endpoint from a chunk of many: one
+// allocation per chunk, not a small one per port amid the builder's
+// garbage (which kept half-empty pages in use after the build).
+func (b *builder) newEndpoint() *Endpoint {
+	if len(b.slab) == cap(b.slab) {
+		b.slab = make([]Endpoint, 0, 1024)
+	}
+	b.slab = b.slab[:len(b.slab)+1]
+	return &b.slab[len(b.slab)-1]
 }
 
 // prow is a prefix row before it is put into a table.
@@ -368,11 +421,13 @@ func Build(inv *inventory.Inventory, opt Options) *Snapshot {
 		s.vlans[k] = macEntry{ep: e, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
 	}
 	s.macs = make(map[uint64]macEntry, len(eps)+len(b.routerMAC))
-	s.taps = make(map[string]uint64, len(eps))
+	s.taps = make(map[tapKey]uint64, len(eps))
 	for mac, e := range eps {
 		s.macs[mac] = macEntry{ep: e, deleteAt: e.DeleteAtUS, tenant: e.tenant, domain: e.domain, amphora: e.Amphora, label: -1}
 		if !e.AAP && e.PortID != "" {
-			s.taps["tap"+e.PortID[:min(11, len(e.PortID))]] = mac
+			if k, ok := tapKeyOf("tap" + e.PortID[:min(11, len(e.PortID))]); ok {
+				s.taps[k] = mac
+			}
 		}
 	}
 	labelIdx := map[string]int32{}
@@ -767,10 +822,13 @@ func (b *builder) endpoints(st *Stats) map[uint64]*Endpoint {
 		if _, ok := b.networks[p.NetworkID]; !ok {
 			b.anomaly(AnomalyUnknownNetwork, "port", p.ID, "network_id %q is not in the inventory; admitted anyway", p.NetworkID)
 		}
-		e := &Endpoint{TenantID: p.Project(), ServerID: p.DeviceID, PortID: p.ID, NetworkID: p.NetworkID}
+		e := b.newEndpoint()
+		*e = Endpoint{TenantID: p.Project(), ServerID: p.DeviceID, PortID: p.ID, NetworkID: p.NetworkID}
 		if a, ok := amph[p.ID]; ok {
 			e.TenantID, e.LBID, e.Amphora = a.lb.Project(), a.lb.ID, true
-			e.base, e.vips = b.portIPs[p.ID], a.vips
+			if base := b.portIPs[p.ID]; len(base) > 0 || len(a.vips) > 0 {
+				e.lb = &lbAddrs{base: base, vips: a.vips}
+			}
 			e.ExternalNetwork = b.externalFallback(p, a.lb.VIPPortID)
 		} else {
 			e.ExternalNetwork = b.externalFallback(p)
@@ -1023,6 +1081,11 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		g := *e
 		if g.DeleteAtUS == 0 {
 			g.DeleteAtUS = deadline
+			// the inventory packs many ports' strings into one
+			// allocation: a ghost keeps copies, not the old inventory's
+			g.TenantID, g.ServerID, g.PortID = strings.Clone(g.TenantID), strings.Clone(g.ServerID), strings.Clone(g.PortID)
+			g.NetworkID, g.ExternalNetwork, g.LBID = strings.Clone(g.NetworkID), strings.Clone(g.ExternalNetwork), strings.Clone(g.LBID)
+			g.domainKey = strings.Clone(g.domainKey)
 		}
 		// the ghost's tenant index must point into this snapshot's tables;
 		// 0 (global rows only) when the tenant has none any more
@@ -1034,4 +1097,25 @@ func (b *builder) carryGhosts(s *Snapshot, eps map[uint64]*Endpoint) {
 		eps[mac] = &g
 		s.stats.Ghosts++
 	}
+}
+
+// Inputs is the part of inv that Build reads, for a caller that keeps an
+// inventory only to rebuild snapshots from it: no projects or servers
+// (Build reads neither), and with trimFIPs floating IPs reduced to their
+// port and network (a copy of the list; worth it only when nothing else
+// holds inv). Build(Inputs(inv, …)) attributes exactly as Build(inv).
+func Inputs(inv *inventory.Inventory, trimFIPs bool) *inventory.Inventory {
+	if inv == nil {
+		return nil
+	}
+	c := *inv
+	c.Projects, c.Servers = nil, nil
+	if trimFIPs && len(inv.FloatingIPs) > 0 {
+		c.FloatingIPs = make([]inventory.FloatingIP, len(inv.FloatingIPs))
+		for i := range inv.FloatingIPs {
+			f := &inv.FloatingIPs[i]
+			c.FloatingIPs[i] = inventory.FloatingIP{PortID: f.PortID, FloatingNetworkID: f.FloatingNetworkID}
+		}
+	}
+	return &c
 }

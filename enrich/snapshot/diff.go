@@ -122,7 +122,7 @@ func sameEntry(prev, s *Snapshot, pe, ne macEntry, pd, sd []string) string {
 	case a.ExternalNetwork != b.ExternalNetwork:
 		return "fallback exit network changed"
 	case a.LBID != b.LBID || a.Amphora != b.Amphora || pe.amphora != ne.amphora ||
-		!slices.Equal(a.base, b.base) || !slices.Equal(a.vips, b.vips):
+		!slices.Equal(a.base(), b.base()) || !slices.Equal(a.vips(), b.vips()):
 		return "load balancer changed"
 	case at(pd, pe.domain) != at(sd, ne.domain):
 		return "port domain changed"

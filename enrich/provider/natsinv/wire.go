@@ -102,7 +102,9 @@ func Decode(data []byte) (*inventory.Inventory, error) {
 	if err := gob.NewDecoder(bytes.NewReader(raw)).Decode(inv); err != nil {
 		return nil, fmt.Errorf("decode inventory: gob: %w", err)
 	}
-	return inv, nil
+	// gob allocates every string: share the repeated ones (as the file
+	// provider does), the agent holds this for the snapshot's life
+	return inventory.Compact(inv), nil
 }
 
 func headers(s *Snapshot) nats.Header {

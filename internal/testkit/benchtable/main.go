@@ -165,6 +165,11 @@ var figures = []figure{
 	{name: "freshness p99 s, flow end → committed Parquet (roll_age 30s vs the default 5m)",
 		value:    ref{"BenchmarkFreshness/roll_age=30s", "p99_s", ""},
 		baseline: &ref{"BenchmarkFreshness/defaults", "p99_s", ""}},
+	// issue 22 item 8: an agent's inventory (1,000,000 ports, fleet shape)
+	{name: "agent inventory, bytes held per port (1M ports)",
+		value: ref{"BenchmarkAgentInventoryMemory", "B/port", ""}, goal: &goal{"<=", 1024}},
+	{name: "agent inventory, peak RSS MiB during a swap (1M ports)",
+		value: ref{"BenchmarkAgentInventoryMemory", "swap-peak-RSS-MiB", ""}},
 }
 
 const module = "github.com/tapflow/tapflow"

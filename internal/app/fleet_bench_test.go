@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,9 +127,11 @@ func runFleet(b *testing.B, nAgents, rate int, duration, rollAge time.Duration) 
 	collSecret := writeSecret("collector", collPW)
 	// An agent on this branch also looks up the collectors' durables
 	// (EnsureStreamsKeepConsumers: the consumer must exist before it gives
-	// a detached stream its subjects); RolePermissions' agent lacks that,
-	// so each agent was refused it every ~10 s (records still flowed).
+	// a detached stream its subjects) and the DLQ stream's info;
+	// RolePermissions' agent lacks both, so each agent was refused them
+	// every ~10 s (records still flowed).
 	agentNeeds := []string{
+		"$JS.API.STREAM.INFO." + transport.DLQStream,
 		"$JS.API.CONSUMER.INFO." + transport.FlowsStream + "." + transport.DefaultDurable,
 		"$JS.API.CONSUMER.INFO." + transport.MetersStream + "." + transport.DefaultDurable + transport.MetersDurableSuffix,
 	}
@@ -183,9 +186,23 @@ log:
 		}
 		colls[k] = p
 	}
-	if _, err := waitStream(cl, transport.FlowsStream, time.Minute); err != nil {
-		b.Fatalf("collectors did not create %s: %v; logs %s", transport.FlowsStream, err, colls[0].LogPath())
+	for _, st := range []string{transport.FlowsStream, transport.MetersStream, transport.DLQStream} {
+		if _, err := waitStream(cl, st, time.Minute); err != nil {
+			b.Fatalf("collectors did not create %s: %v; logs %s", st, err, colls[0].LogPath())
+		}
 	}
+	// and their durables (then the streams have their subjects: an agent
+	// may not attach them).
+	for _, c := range [][2]string{{transport.FlowsStream, transport.DefaultDurable}, {transport.MetersStream, transport.DefaultDurable + transport.MetersDurableSuffix}} {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if _, err := cl.ConsumerInfo(c[0], c[1]); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				b.Fatalf("collectors did not create %s on %s: %v", c[1], c[0], err)
+			}
+		}
+	}
+	time.Sleep(time.Second)
 
 	// Agents, in this process: the real RunAgent with the shipped
 	// defaults but for the synthetic load (one hypervisor's worth) and
@@ -224,6 +241,7 @@ log:
 	}
 	tl.add("%d agents started", nAgents)
 	runStart := time.Now()
+	selfCPU0 := selfCPU()
 
 	// Sampling: stream backlog, connections and RSS of the servers,
 	// collector RSS, every 2 s.
@@ -319,6 +337,7 @@ log:
 	stopAgents()
 	agentsWG.Wait()
 	agentsStopped := time.Now()
+	agentCPU := selfCPU() - selfCPU0
 	tl.add("agents stopped")
 	generated := map[string]int64{}
 	var total int64
@@ -342,9 +361,11 @@ log:
 	// The collectors commit what is pending (within roll_age), then stop.
 	deadline := time.Now().Add(2*rollAge + 3*time.Minute)
 	var state string
+	var lastSeq uint64
 	for {
 		ci, err := cl.ConsumerInfo(transport.FlowsStream, transport.DefaultDurable)
 		if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 {
+			lastSeq = ci.Delivered.Stream
 			state = fmt.Sprintf("idle, last delivered stream seq %d, redelivered %d", ci.Delivered.Stream, ci.NumRedelivered)
 			break
 		}
@@ -381,9 +402,19 @@ log:
 			b.Errorf("collector did not stop gracefully on SIGTERM; log %s", c.LogPath())
 		}
 	}
-	var collCPU time.Duration
+	var collCPU, natsCPU time.Duration
 	for _, c := range colls {
 		collCPU += c.CPUTime()
+	}
+	for _, n := range cl.Nodes {
+		natsCPU += n.CPUTime() + procCPU(n.Pid())
+	}
+	// Records per message: every stream message is one agent's batch (or
+	// a piece of one).
+	recsPerMsg := float64(total) / float64(max(lastSeq, 1))
+	streamBPerRecord := 0.0
+	if peak.streamMsgs > 0 {
+		streamBPerRecord = float64(peak.streamBytes) / float64(peak.streamMsgs) / recsPerMsg
 	}
 
 	// Parquet back: exactly once, and freshness (flow end → the file's
@@ -407,6 +438,9 @@ log:
 	b.ReportMetric(collCPU.Seconds()/(float64(check.rows)/1e6), "collector-cpu-s/Mrows")
 	b.ReportMetric(float64(peak.streamMsgs), "max-backlog-msgs")
 	b.ReportMetric(float64(peak.streamBytes)/(1<<20), "max-backlog-MiB")
+	b.ReportMetric(streamBPerRecord, "stream-B/record")
+	b.ReportMetric(float64(agentCPU.Microseconds())/float64(total), "agent-cpu-µs/record")
+	b.ReportMetric(float64(natsCPU.Microseconds())/float64(total), "nats-cpu-µs/record")
 	b.ReportMetric(p50, "freshness-p50-s")
 	b.ReportMetric(p99, "freshness-p99-s")
 	b.ReportMetric(float64(peak.conns), "max-nats-conns")
@@ -415,12 +449,12 @@ log:
 	b.ReportMetric(float64(lost), "lost")
 	b.ReportMetric(float64(check.dups), "dups")
 	b.Logf("fleet R3: %d agents × %d records/s for %s, roll_age %s; records generated %d, rows %d (%d files, %.1f B/row Parquet), duplicates %d, lost %d; "+
-		"fleet %.0f records/s; collector CPU %.1f s (%.1f s per M rows, %.0f rows/cpu-s); stream backlog max %d msgs / %.1f MiB; freshness p50 %.1f s, p99 %.1f s, max %.1f s; "+
+		"fleet %.0f records/s; collector CPU %.1f s (%.1f s per M rows, %.0f rows/cpu-s); stream backlog max %d msgs / %.1f MiB (%.1f B/record, %.0f records/msg); agents (this process) CPU %.1f s, nats-servers CPU %.1f s; freshness p50 %.1f s, p99 %.1f s, max %.1f s; "+
 		"NATS connections max %d, at end %d; nats-server RSS max %.0f MiB (VmHWM of the live servers %.0f MiB); collector RSS max %.0f MiB (VmHWM at end %.0f MiB); "+
 		"redelivered pieces skipped by the ledger %d; agent stop %s, drain %s; consumer %s\nschedule:\n  %s",
 		nAgents, rate, duration, rollAge, total, check.rows, check.files, float64(check.bytes)/float64(max(check.rows, 1)), check.dups, lost,
 		float64(total)/elapsed, collCPU.Seconds(), collCPU.Seconds()/(float64(check.rows)/1e6), float64(check.rows)/collCPU.Seconds(),
-		peak.streamMsgs, float64(peak.streamBytes)/(1<<20), p50, p99, check.fresh.quantile(1),
+		peak.streamMsgs, float64(peak.streamBytes)/(1<<20), streamBPerRecord, recsPerMsg, agentCPU.Seconds(), natsCPU.Seconds(), p50, p99, check.fresh.quantile(1),
 		peak.conns, connsEnd, float64(peak.natsRSS)/(1<<20), float64(natsHWM)/(1<<20), float64(peak.collRSS)/(1<<20), float64(collHWM)/(1<<20),
 		dedupes, agentsStopped.Sub(runEnd).Round(time.Second), drained.Sub(agentsStopped).Round(time.Second), state, strings.Join(tl, "\n  "))
 	if total == 0 || lost != 0 || check.dups != 0 || check.unknown != 0 || check.rows != total+check.dups {
@@ -481,6 +515,36 @@ func procStatus(pid int, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// procCPU is utime + stime of a live pid (/proc/<pid>/stat, clock ticks
+// of 10 ms); 0 if gone.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// selfCPU is this process's user + system time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // freshHist counts flow-end → commit latencies in 100 ms buckets.

@@ -43,7 +43,7 @@ var (
 // chaosBinaries builds cmd/tapflow and the chaosnats server
 // (internal/testkit/chaos/cmd/chaosnats) once per test binary and returns their
 // paths.
-func chaosBinaries(t *testing.T) (tapflow, natsServer string) {
+func chaosBinaries(t testing.TB) (tapflow, natsServer string) {
 	t.Helper()
 	chaosBinOnce.Do(func() {
 		root, err := versitygw.RepoRoot()
@@ -469,7 +469,7 @@ func gatherCounter(reg prometheus.Gatherer, name string) float64 {
 }
 
 // collectorDedupes counts the collector's "already committed" log lines.
-func collectorDedupes(t *testing.T, path string) int {
+func collectorDedupes(t testing.TB, path string) int {
 	f, err := os.Open(path)
 	if err != nil {
 		return -1

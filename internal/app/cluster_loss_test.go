@@ -22,7 +22,7 @@ import (
 // directory that outlives the test when the test fails, and says where.
 // Call it right after t.TempDir(): cleanups run last-registered first, so
 // it runs after the processes are stopped and before dir is removed.
-func keepOnFailure(t *testing.T, dir string) {
+func keepOnFailure(t testing.TB, dir string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return

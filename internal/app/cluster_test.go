@@ -403,7 +403,7 @@ func clusterLeader(c *jetstream.ClusterInfo) string {
 // syntheticRecords reads the record count from the agent's "synthetic
 // source stopped" log line (written once the source has flushed its last
 // batch).
-func syntheticRecords(t *testing.T, path string) (int64, bool) {
+func syntheticRecords(t testing.TB, path string) (int64, bool) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -46,10 +46,26 @@ type ClusterNode struct {
 // ClientURL is the node's client URL.
 func (n *ClusterNode) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.ClientPort) }
 
+// ClusterOption changes what NewCluster writes.
+type ClusterOption func(*clusterOptions)
+
+type clusterOptions struct{ extra string }
+
+// ExtraConfig appends text to every node's configuration file (e.g. an
+// authorization block; no_auth_user keeps Connect working without
+// credentials).
+func ExtraConfig(text string) ClusterOption {
+	return func(o *clusterOptions) { o.extra += text + "\n" }
+}
+
 // NewCluster prepares (does not start) size servers of bin under dir:
 // dir/<name>/store for JetStream, dir/<name>.conf, dir/<name>.log. Size 1
 // is a standalone server (no cluster block: JetStream not clustered).
-func NewCluster(bin, dir string, size int) (*Cluster, error) {
+func NewCluster(bin, dir string, size int, opts ...ClusterOption) (*Cluster, error) {
+	var o clusterOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("chaos cluster: %w", err)
 	}
@@ -88,8 +104,9 @@ jetstream {
 }
 `, n.RoutePort, strings.Join(routes, ", "))
 		}
+		conf += o.extra
 		path := filepath.Join(dir, n.Name+".conf")
-		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, fmt.Errorf("chaos cluster: %w", err)
 		}
 		if n.Process, err = NewProcess(bin, []string{"-c", path}, nil, filepath.Join(dir, n.Name+".log")); err != nil {

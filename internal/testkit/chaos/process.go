@@ -30,6 +30,7 @@ type Process struct {
 	// its own lock, since signal holds mu while waiting for the exit.
 	errMu   sync.Mutex
 	waitErr error
+	cpu     time.Duration // user + system time of every finished run
 }
 
 // NewProcess prepares (does not start) bin with args, logging to logPath.
@@ -65,6 +66,9 @@ func (p *Process) Start(extraEnv ...string) error {
 		err := cmd.Wait()
 		p.errMu.Lock()
 		p.waitErr = err
+		if st := cmd.ProcessState; st != nil {
+			p.cpu += st.UserTime() + st.SystemTime()
+		}
 		p.errMu.Unlock()
 		close(exited)
 	}()
@@ -123,6 +127,25 @@ func (p *Process) ExitErr() error {
 	p.errMu.Lock()
 	defer p.errMu.Unlock()
 	return p.waitErr
+}
+
+// Pid is the running process's id, 0 when it is not running.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// CPUTime is the user + system CPU time of every run that has ended
+// (rusage of the reaped child, killed runs included); a running process's
+// time is in /proc/<Pid>/stat.
+func (p *Process) CPUTime() time.Duration {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.cpu
 }
 
 // Counts returns how often the process was started and SIGKILLed.

@@ -23,7 +23,7 @@ import (
 // TestDLQOneSenderCannotEvictAnother is issue 25's attack against a real
 // server: agent cmp2 has 3 batches dead-lettered for clock skew (the only
 // copy of their records), then agent cmp1 publishes 40 MiB of garbage on
-// its own subject, more than twice the DLQ. cmp2's 3 letters survive
+// its own subject: 10 times the DLQ and 16 times its own letter bound. cmp2's 3 letters survive
 // whole; cmp1 keeps its newest collector.dlq_letters_per_node letters;
 // the 30 it lost are counted (tapflow_consume_dlq_evictions_total, 0 at
 // start) and tallied for cmp1 alone (dlq.Evictions, what `tapflow dlq
@@ -33,18 +33,19 @@ import (
 // it): the per-sender bound alone protects cmp2 in both.
 //
 // Deviations from the shipped defaults, so the flood takes seconds under
-// -race on a shared box: nats.dlq_max_bytes 16MiB (default 1GiB) and
-// collector.dlq_letters_per_node 10 (default 100) with 1 MiB garbage
-// messages: one sender's bound (10 MiB) is below the DLQ size, as the
+// -race on a shared box: nats.dlq_max_bytes 4MiB (default 1GiB) and
+// collector.dlq_letters_per_node 10 (default 100) with 256 KiB garbage
+// messages: one sender's bound (2.5 MiB) is below the DLQ size, as the
 // defaults' is (100 × the 8 MiB max payload = 800 MiB < 1 GiB).
 func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: floods 40 MiB through a real server")
 	}
 	const (
-		dlqMax    = 16 << 20
+		dlqMax    = 4 << 20
 		perNode   = 10
-		garbage   = 40
+		garbage   = 160
+		msgSize   = 256 << 10
 		skewed    = 3
 		skewedRec = 20
 	)
@@ -57,7 +58,7 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := transporttest.Listen(t, "", "127.0.0.1:0")
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
 			ncfg := transport.DefaultConfig()
 			ncfg.DLQMaxBytes = dlqMax
@@ -111,9 +112,9 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 				return counterValue(t, reg, "tapflow_consume_rejected_messages_total", consume.ReasonTime) == skewed
 			})
 
-			// cmp1: garbage on its own subject, 1 MiB each, 40 MiB in all.
+			// cmp1: garbage on its own subject, 256 KiB each, 40 MiB in all.
 			start := time.Now()
-			body := make([]byte, 1<<20)
+			body := make([]byte, msgSize)
 			for i := 1; i <= garbage; i++ {
 				_, _ = rand.Read(body)
 				m := &nats.Msg{Subject: transport.FlowsSubject("cmp1"), Data: body, Header: nats.Header{}}
@@ -182,7 +183,7 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 				t.Fatalf("eviction tallies %+v, want cmp1's only", evs)
 			}
 			e := evs[0]
-			if e.Sender != "cmp1" || e.Stream != transport.FlowsStream || e.Letters != garbage-perNode || e.Bytes != (garbage-perNode)<<20 ||
+			if e.Sender != "cmp1" || e.Stream != transport.FlowsStream || e.Letters != garbage-perNode || e.Bytes != (garbage-perNode)*msgSize ||
 				e.ByReason[consume.ReasonDecode] != garbage-perNode || len(e.ByReason) != 1 || e.LastMsgID != "cmp1-"+strconv.Itoa(garbage-perNode) {
 				t.Errorf("cmp1's tally %+v", e)
 			}
@@ -194,7 +195,7 @@ func TestDLQOneSenderCannotEvictAnother(t *testing.T) {
 				t.Errorf("DLQ holds %d bytes, more than its %d", info.State.Bytes, dlqMax)
 			}
 			t.Logf("DLQ after the flood: %d messages, %d bytes (max %d); cmp1 evicted %d letters (%d bytes), cmp2 kept %d; %d MiB published and dead-lettered in %s",
-				info.State.Msgs, info.State.Bytes, dlqMax, e.Letters, e.Bytes, len(cmp2), garbage, flood.Round(time.Millisecond))
+				info.State.Msgs, info.State.Bytes, dlqMax, e.Letters, e.Bytes, len(cmp2), garbage*msgSize>>20, flood.Round(time.Millisecond))
 		})
 	}
 }

@@ -18,22 +18,23 @@ import (
 )
 
 // earlyMaxBytes is the size of both streams in TestStreamSmallerThanRollAge.
-const earlyMaxBytes = 4 << 20
+const earlyMaxBytes = 2 << 20
 
 // earlyDeadline bounds the push; it is below the shipped roll_age (5m),
 // so no commit before it is an age roll. The push takes 1.5–3.3 min at
 // 8× on the shared 2-core box under load (6× once took 4m48s at load
-// 15); 4× keeps a margin and still needs three streams full of early
-// commits (without them the push stops at 1×: 4.0 MiB in 3 min).
+// 15) with 4 MiB streams; 10× 2 MiB streams is the same 20 MiB, pushed
+// through a stream 10 times its size (without early commits the push
+// stops at 1×: one stream's worth in 3 min).
 const earlyDeadline = 4*time.Minute + 30*time.Second
 
 // earlyTimes is how many times each stream's max_bytes the push takes
 // through it.
-const earlyTimes = 4
+const earlyTimes = 10
 
 // TestStreamSmallerThanRollAge (issue 22 item 5): the real agent (flows,
-// with its spool) and a meter publisher push more than 4× the streams'
-// max_bytes through 4 MiB streams to the real collector at the shipped
+// with its spool) and a meter publisher push more than 10× the streams'
+// max_bytes through 2 MiB streams to the real collector at the shipped
 // roll_age (5m) and roll_size (128 MiB), which would need a stream of
 // roll_age × rate (hundreds of MiB) without early commits. The collector
 // commits early: no publish is refused by a full stream, nothing is
@@ -44,7 +45,7 @@ const earlyTimes = 4
 // is about a stream smaller than roll_age × rate.
 func TestStreamSmallerThanRollAge(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: pushes 4× two 4 MiB streams through the collector (1–3 min)")
+		t.Skip("-short: pushes 10× two 2 MiB streams through the collector (1–3 min)")
 	}
 	dir := t.TempDir()
 	s := transporttest.Run(t, "")

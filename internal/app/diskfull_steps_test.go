@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
-	"github.com/tapflow/tapflow/internal/testkit/prereq"
+	"github.com/tapflow/tapflow/internal/testkit/tmpfs"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
@@ -63,44 +62,14 @@ func TestDiskFullSmallSteps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("disk-full run: not in -short")
 	}
-	prereq.Root(t, "to mount a tmpfs")
 	const (
 		size    = 16 << 20
 		room    = 2 << 20 // freed first: less than the backlog
 		batches = 240
 		perB    = 500
 	)
-	out := filepath.Join(t.TempDir(), "out")
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", out, "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mount a %d MiB tmpfs on %s: %v", size>>20, out, err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(out, syscall.MNT_DETACH) })
-	filler := filepath.Join(out, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 64<<10)
-	for _, n := range []int{len(chunk), 512} {
-		for {
-			if _, err := f.Write(chunk[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatal(err)
-				}
-				break
-			}
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	full, err := os.Stat(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := tmpfs.Mount(t, size)
+	filler, full := tmpfs.Fill(t, out)
 
 	s := transporttest.Run(t, "")
 	cfg := config.Default()
@@ -190,7 +159,7 @@ func TestDiskFullSmallSteps(t *testing.T) {
 
 	// A little room: less than the backlog. Commits resume in pieces that
 	// fit, and use the room.
-	if err := os.Truncate(filler, full.Size()-room); err != nil {
+	if err := os.Truncate(filler, full-room); err != nil {
 		t.Fatal(err)
 	}
 	freed := time.Now()

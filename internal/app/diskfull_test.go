@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +15,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
-	"github.com/tapflow/tapflow/internal/testkit/prereq"
+	"github.com/tapflow/tapflow/internal/testkit/tmpfs"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
@@ -63,36 +61,8 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("disk-full run: not in -short")
 	}
-	prereq.Root(t, "to mount a tmpfs")
-	out := filepath.Join(t.TempDir(), "out")
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", out, "tmpfs", 0, "size=4m"); err != nil {
-		t.Fatalf("mount a 4 MiB tmpfs on %s: %v", out, err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(out, syscall.MNT_DETACH) })
-	// Fill it.
-	filler := filepath.Join(out, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	for {
-		if _, err := f.Write(chunk[:512]); err != nil {
-			break
-		}
-	}
-	f.Close()
+	out := tmpfs.Mount(t, 4<<20)
+	filler, _ := tmpfs.Fill(t, out)
 
 	s := transporttest.Run(t, "")
 	cfg := config.Default()

@@ -45,7 +45,8 @@ type Deliverer struct {
 
 type metrics struct {
 	deliveries *prometheus.CounterVec
-	failures   *prometheus.CounterVec
+	failures   prometheus.Counter
+	perProject *prometheus.CounterVec
 	records    prometheus.Counter
 	bytes      prometheus.Counter
 	objBytes   prometheus.Counter
@@ -88,8 +89,10 @@ func New(cfg Config, src *dataset.Output, opts Options) (*Deliverer, error) {
 	d.m = metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_flowlogs_deliveries_total",
 			Help: "Hourly flow-log objects delivered to a project's location (a re-delivery of an hour counts again)."}, []string{"project_id"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_flowlogs_delivery_failures_total",
-			Help: "Hourly flow-log deliveries to a project's location that failed (bucket missing, access denied, S3 down); the hour is delivered again on the next attempt."}, []string{"project_id"}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_flowlogs_delivery_failures_total",
+			Help: "Hourly flow-log deliveries to a project's location that failed (bucket missing, access denied, S3 down); the hour is delivered again on the next attempt."}),
+		perProject: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_flowlogs_project_failures_total",
+			Help: "tapflow_flowlogs_delivery_failures_total by project (series of billing.flow_logs.projects from the start, of other projects from their first failure)."}, []string{"project_id"}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_flowlogs_records_total", Help: "Flow records delivered to projects."}),
 		bytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_flowlogs_flow_bytes_total", Help: "Traffic bytes (L2, the bytes column) of the flow records delivered."}),
 		objBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_flowlogs_object_bytes_total",
@@ -103,12 +106,12 @@ func New(cfg Config, src *dataset.Output, opts Options) (*Deliverer, error) {
 	}
 	for _, p := range cfg.Projects { // at 0 from start
 		d.m.deliveries.WithLabelValues(p)
-		d.m.failures.WithLabelValues(p)
+		d.m.perProject.WithLabelValues(p)
 	}
 	d.m.skipped.WithLabelValues(SkipUnknownTenant)
 	d.m.skipped.WithLabelValues(SkipNotListed)
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{d.m.deliveries, d.m.failures, d.m.records, d.m.bytes, d.m.objBytes, d.m.skipped, d.m.hours, d.m.hoursFail, d.m.seconds} {
+		for _, c := range []prometheus.Collector{d.m.deliveries, d.m.failures, d.m.perProject, d.m.records, d.m.bytes, d.m.objBytes, d.m.skipped, d.m.hours, d.m.hoursFail, d.m.seconds} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("flowlogs: register metrics: %w", err)
 			}
@@ -190,7 +193,8 @@ func (d *Deliverer) Deliver(ctx context.Context, hour time.Time) (Result, error)
 		p.URL, p.Size, p.Err = d.upload(ctx, id, hour, w)
 		if p.Err != nil {
 			p.URL = ""
-			d.m.failures.WithLabelValues(id).Inc()
+			d.m.failures.Inc()
+			d.m.perProject.WithLabelValues(id).Inc()
 			errs = append(errs, p.Err)
 		} else {
 			d.m.deliveries.WithLabelValues(id).Inc()

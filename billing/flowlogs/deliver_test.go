@@ -331,7 +331,7 @@ func TestDeliverTenantAccess(t *testing.T) {
 					t.Errorf("deliveries{%s} = %v after two deliveries, want 2", p, n)
 				}
 			}
-			if n := testutil.ToFloat64(d.m.failures.WithLabelValues(a)); n != 0 {
+			if n := testutil.ToFloat64(d.m.perProject.WithLabelValues(a)); n != 0 {
 				t.Errorf("failures{%s} = %v", a, n)
 			}
 			if n, want := testutil.ToFloat64(d.m.bytes), float64(2*(expected(recs, a).bytes+expected(recs, b).bytes)); n != want {
@@ -496,9 +496,12 @@ func TestDeliverErrors(t *testing.T) {
 		if tc.failed {
 			wantFail = 1
 		}
-		if n := testutil.ToFloat64(d.m.failures.WithLabelValues(tc.project)); n != wantFail {
+		if n := testutil.ToFloat64(d.m.perProject.WithLabelValues(tc.project)); n != wantFail {
 			t.Errorf("failures{%s} = %v, want %v", tc.project, n, wantFail)
 		}
+	}
+	if n := testutil.ToFloat64(d.m.failures); n != 2 {
+		t.Errorf("delivery failures = %v, want 2", n)
 	}
 	if n := testutil.ToFloat64(d.m.hoursFail); n != 1 {
 		t.Errorf("hours failed = %v, want 1", n)

@@ -241,14 +241,15 @@ func (p *projectFile) discard() {
 // without error.
 func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map[string]*projectFile, error) {
 	ws := map[string]*projectFile{}
-	files, err := d.src.List(ctx, "flows")
+	// Only the hour's partition is listed (not every hour of the output).
+	part := hour.Format("dt=2006-01-02/hour=15")
+	files, err := d.src.List(ctx, "flows/"+part)
 	if errors.Is(err, dataset.ErrNoDir) {
-		return ws, nil // nothing written yet: nothing to deliver
+		return ws, nil // no record of the hour: nothing to deliver
 	}
 	if err != nil {
 		return ws, fmt.Errorf("flowlogs: %w", err)
 	}
-	part := hour.Format("dt=2006-01-02/hour=15")
 	from, to := hour.UnixMicro(), hour.Add(time.Hour).UnixMicro()
 	if err := os.MkdirAll(d.cfg.StagingDir, 0o700); err != nil {
 		return ws, fmt.Errorf("flowlogs: staging_dir: %w", err)

@@ -91,7 +91,9 @@ func TestToRecord(t *testing.T) {
 		{"ingress", func(f *schemas.Flow) { f.Direction = "rx" }, func(r Record) bool { return r.FlowDirection == "ingress" && r.TrafficPath == nil }},
 		{"member copy of another project's LB", func(f *schemas.Flow) {
 			f.LBID, f.LBTap, f.PoolID, f.MemberID, f.PeerTenantID, f.LBSegment = "lb", schemas.LBTapMember, "pool", "m", "b", 2
-		}, func(r Record) bool { return r.LBID == "" && r.PoolID == "" && r.MemberID == "" && r.LBTap == "member" && r.LBSegment == 2 }},
+		}, func(r Record) bool {
+			return r.LBID == "" && r.PoolID == "" && r.MemberID == "" && r.LBTap == "member" && r.LBSegment == 2
+		}},
 		{"member copy of its own LB", func(f *schemas.Flow) {
 			f.LBID, f.LBTap, f.PoolID, f.MemberID, f.PeerTenantID = "lb", schemas.LBTapMember, "pool", "m", "a"
 		}, func(r Record) bool { return r.LBID == "lb" && r.PoolID == "pool" && r.MemberID == "m" }},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -306,13 +305,13 @@ func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map
 			continue
 		}
 		res.Files++
-		n, err := d.readFile(ctx, f, add)
+		n, err := dataset.ReadRows(ctx, d.src, f, schemas.SchemaName, add)
 		res.SourceRecords += n
-		if err == nil {
-			err = werr
-		}
 		if err != nil {
-			return ws, err
+			return ws, fmt.Errorf("flowlogs: %w", err)
+		}
+		if werr != nil {
+			return ws, werr
 		}
 	}
 	for _, w := range ws {
@@ -339,47 +338,6 @@ func (d *Deliverer) open() (*projectFile, error) {
 		pq.PageBufferSize(64<<10),
 	)
 	return &projectFile{f: f, w: w}, nil
-}
-
-// readFile streams the rows of one source file to add, 4096 at a time
-// (as internal/audit reads flow.v1).
-func (d *Deliverer) readFile(ctx context.Context, f dataset.File, add func(*schemas.Flow)) (int64, error) {
-	rd, err := d.src.Open(ctx, f)
-	if err != nil {
-		return 0, fmt.Errorf("flowlogs: %w", err)
-	}
-	defer rd.Close()
-	bad := func(err error) error {
-		return fmt.Errorf("flowlogs: read %s: %w; it is not a complete flow.v1 Parquet file (the collector never leaves partial files): move it aside", d.src.Where(f), err)
-	}
-	pf, err := pq.OpenFile(rd, rd.Size(), pq.SkipBloomFilters(true), pq.SkipPageIndex(true))
-	if err != nil {
-		return 0, bad(err)
-	}
-	if v, _ := pf.Lookup(schemas.MetadataKey); v != schemas.SchemaName {
-		return 0, bad(fmt.Errorf("key-value metadata %s=%q, want %q", schemas.MetadataKey, v, schemas.SchemaName))
-	}
-	r := pq.NewGenericReader[schemas.Flow](pf)
-	defer r.Close()
-	buf := make([]schemas.Flow, 4096)
-	var n int64
-	for {
-		k, err := r.Read(buf)
-		for i := range buf[:k] {
-			add(&buf[i])
-		}
-		n += int64(k)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return n, bad(err)
-		}
-	}
-	if n != pf.NumRows() {
-		return n, bad(fmt.Errorf("read %d rows, footer says %d", n, pf.NumRows()))
-	}
-	return n, nil
 }
 
 // upload stores a project's file as its hour's object.

@@ -23,9 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tapflow/tapflow/internal/dataset"
+	"github.com/tapflow/tapflow/internal/testkit/committest"
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
 	"github.com/tapflow/tapflow/internal/testkit/versitygw"
-	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
 	"github.com/tapflow/tapflow/sinks/s3out"
@@ -61,28 +61,7 @@ func commit(t *testing.T, recs []schemas.Flow, output string, remote parquet.Rem
 	if remote != nil {
 		cfg.StagingDir = t.TempDir()
 	}
-	s, err := parquet.New(cfg, parquet.Options{Node: "c1", Logger: quiet, Remote: remote})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	in := make(chan *pipeline.Batch, 4)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background(), in) }()
-	failed := 0
-	for i := 0; i < len(recs); i += 1000 {
-		b := pipeline.NewBatch(recs[i:min(i+1000, len(recs))], func(err error) {
-			if err != nil {
-				failed++
-			}
-		})
-		b.Seq = int64(i/1000) + 1
-		in <- b
-	}
-	close(in)
-	if err := <-done; err != nil || failed > 0 {
-		t.Fatalf("sink: %v, %d batches failed", err, failed)
-	}
+	committest.Flows(t, recs, cfg, parquet.Options{Node: "c1", Logger: quiet, Remote: remote})
 }
 
 // want is a project's records of the hour, computed from the Go structs

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -39,6 +41,7 @@ type Deliverer struct {
 	m     metrics
 	codec compress.Codec
 
+	mu     sync.Mutex
 	client *s3.Client // built by the first upload when nil
 }
 
@@ -169,8 +172,15 @@ func (d *Deliverer) Deliver(ctx context.Context, hour time.Time) (Result, error)
 	if !hour.Equal(hour.Truncate(time.Hour)) {
 		return res, fmt.Errorf("flowlogs: hour %s is not a whole hour; pass e.g. %s", hour.Format(time.RFC3339Nano), hour.Truncate(time.Hour).Format("2006-01-02T15"))
 	}
+	d.mu.Lock() // one delivery at a time per Deliverer
+	defer d.mu.Unlock()
 	start := time.Now()
-	ws, err := d.write(ctx, hour, &res)
+	dir, err := d.stage()
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	ws, err := d.write(ctx, hour, dir, &res)
 	defer func() {
 		for _, w := range ws {
 			w.discard()
@@ -238,7 +248,7 @@ func (p *projectFile) discard() {
 // write reads the hour's source files and writes every wanted project's
 // rows to its own staging file; the files are complete when it returns
 // without error.
-func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map[string]*projectFile, error) {
+func (d *Deliverer) write(ctx context.Context, hour time.Time, dir string, res *Result) (map[string]*projectFile, error) {
 	ws := map[string]*projectFile{}
 	// Only the hour's partition is listed (not every hour of the output).
 	part := hour.Format("dt=2006-01-02/hour=15")
@@ -250,9 +260,6 @@ func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map
 		return ws, fmt.Errorf("flowlogs: %w", err)
 	}
 	from, to := hour.UnixMicro(), hour.Add(time.Hour).UnixMicro()
-	if err := os.MkdirAll(d.cfg.StagingDir, 0o700); err != nil {
-		return ws, fmt.Errorf("flowlogs: staging_dir: %w", err)
-	}
 	buffered := 0
 	var werr error
 	add := func(f *schemas.Flow) {
@@ -269,7 +276,7 @@ func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map
 		}
 		w := ws[f.TenantID]
 		if w == nil {
-			if w, werr = d.open(); werr != nil {
+			if w, werr = d.open(dir); werr != nil {
 				return
 			}
 			ws[f.TenantID] = w
@@ -325,9 +332,34 @@ func (d *Deliverer) write(ctx context.Context, hour time.Time, res *Result) (map
 	return ws, nil
 }
 
+// staleStaging is the age past which a delivery's staging directory is
+// a crashed process's (a delivery of an hour takes minutes).
+const staleStaging = 24 * time.Hour
+
+// stage makes this delivery's own directory in the staging directory (a
+// CLI run and the billing loop may share it), and removes those that
+// crashed deliveries left.
+func (d *Deliverer) stage() (string, error) {
+	if err := os.MkdirAll(d.cfg.StagingDir, 0o700); err != nil {
+		return "", fmt.Errorf("flowlogs: staging_dir: %w", err)
+	}
+	old, _ := filepath.Glob(filepath.Join(d.cfg.StagingDir, ".deliver-*"))
+	for _, o := range old {
+		if st, err := os.Stat(o); err == nil && time.Since(st.ModTime()) > staleStaging {
+			d.log.Info("removing a crashed delivery's staging files", "dir", o)
+			_ = os.RemoveAll(o)
+		}
+	}
+	dir, err := os.MkdirTemp(d.cfg.StagingDir, ".deliver-*")
+	if err != nil {
+		return "", fmt.Errorf("flowlogs: staging_dir: %w", err)
+	}
+	return dir, nil
+}
+
 // open starts a project's staging file (0600: another tenant's records).
-func (d *Deliverer) open() (*projectFile, error) {
-	f, err := os.CreateTemp(d.cfg.StagingDir, ".flowlogs-*.parquet")
+func (d *Deliverer) open(dir string) (*projectFile, error) {
+	f, err := os.CreateTemp(dir, "project-*.parquet")
 	if err != nil {
 		return nil, fmt.Errorf("flowlogs: staging file: %w", err)
 	}

@@ -163,7 +163,7 @@ func credentialsFile(t *testing.T, access, secret string) string {
 // delivering account's credentials file for the gateway.
 func config(t *testing.T, srv *versitygw.Server, location string, projects []string, secret string) Config {
 	cfg := DefaultConfig()
-	cfg.Location, cfg.Projects, cfg.StagingDir = location, projects, t.TempDir()
+	cfg.Location, cfg.Projects, cfg.StagingDir = location, projects, filepath.Join(t.TempDir(), "staging") // made by the first delivery
 	cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle = srv.Endpoint, versitygw.Region, true
 	cfg.S3.CredentialsFile = credentialsFile(t, deliveryKey, secret)
 	return cfg
@@ -315,6 +315,12 @@ func TestDeliverTenantAccess(t *testing.T) {
 			}
 			if n, want := testutil.ToFloat64(d.m.bytes), float64(2*(expected(recs, a).bytes+expected(recs, b).bytes)); n != want {
 				t.Errorf("flow bytes delivered = %v, want %v", n, want)
+			}
+			if left, _ := os.ReadDir(d.cfg.StagingDir); len(left) != 0 {
+				t.Errorf("staging_dir keeps %d entries after the deliveries", len(left))
+			}
+			if st, err := os.Stat(d.cfg.StagingDir); err != nil || st.Mode().Perm()&0o077 != 0 {
+				t.Errorf("staging_dir %v is readable by others (it holds every project's records): %v", st.Mode(), err)
 			}
 			t.Logf("%s: first delivery %s, test %s", lay.name, first.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		})

@@ -151,7 +151,7 @@ var layouts = []layout{
 
 // credentialsFile writes an AWS shared-credentials file (0600), as an
 // operator gives the delivering process its keys.
-func credentialsFile(t *testing.T, access, secret string) string {
+func credentialsFile(t testing.TB, access, secret string) string {
 	p := filepath.Join(t.TempDir(), "credentials")
 	if err := os.WriteFile(p, []byte("[default]\naws_access_key_id = "+access+"\naws_secret_access_key = "+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func TestListLocal(t *testing.T) {
 
 // TestReadRowsOlderMinor: ReadRows decodes whole flow.v1 rows from files
 // of every minor version (flow.v1.0 has no pool_id, member_id or lb_tap:
-// they read as ”), every row once, and refuses a file of another schema
+// they read as empty strings), every row once, and refuses a file of another schema
 // naming it.
 func TestReadRowsOlderMinor(t *testing.T) {
 	recs := parquettest.Flows(parquettest.Spec{Records: 3000, Span: 30 * time.Minute})

@@ -203,11 +203,18 @@ func TestDeliverTenantAccess(t *testing.T) {
 			ctx := context.Background()
 			var src *dataset.Output
 			var err error
+			var putSource func(rel string, body []byte) // a file into the collector output
 			switch lay.source {
 			case "local":
 				dir := t.TempDir()
 				commit(t, recs, dir, nil)
 				src, err = dataset.Open(ctx, dir, dataset.Options{})
+				putSource = func(rel string, body []byte) {
+					p := filepath.Join(dir, filepath.FromSlash(rel))
+					if err := os.WriteFile(p, body, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
 			case "s3":
 				srv.MakeBucket(t, "lake")
 				st, err := s3out.New("s3://lake/tapflow", s3out.DefaultConfig(), s3out.Options{Logger: quiet, Client: srv.Client()})
@@ -218,6 +225,11 @@ func TestDeliverTenantAccess(t *testing.T) {
 				src, err = dataset.Open(ctx, "s3://lake/tapflow", dataset.Options{Client: srv.Client()})
 				if err != nil {
 					t.Fatal(err)
+				}
+				putSource = func(rel string, body []byte) {
+					if _, err := srv.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("lake"), Key: aws.String("tapflow/" + rel), Body: bytes.NewReader(body)}); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			if err != nil {
@@ -316,6 +328,37 @@ func TestDeliverTenantAccess(t *testing.T) {
 			if n, want := testutil.ToFloat64(d.m.bytes), float64(2*(expected(recs, a).bytes+expected(recs, b).bytes)); n != want {
 				t.Errorf("flow bytes delivered = %v, want %v", n, want)
 			}
+
+			// A late record of a's for the hour (another collector's file,
+			// after the first delivery): delivering the hour again brings it
+			// to a's object; b's object stays as it was.
+			late := recs[0]
+			for _, f := range recs {
+				if f.TenantID == a && f.TimeEnd >= hour.UnixMicro() && f.TimeEnd < hour.Add(time.Hour).UnixMicro() {
+					late = f
+					break
+				}
+			}
+			late.Bytes, late.Packets, late.TimeEnd, late.BatchSeq = 4242, 3, hour.Add(59*time.Minute).UnixMicro(), 1<<40
+			var buf bytes.Buffer
+			w := pq.NewGenericWriter[schemas.Flow](&buf, pq.KeyValueMetadata(schemas.MetadataKey, schemas.SchemaName))
+			if _, err := w.Write([]schemas.Flow{late}); err != nil || w.Close() != nil {
+				t.Fatal(err)
+			}
+			putSource("flows/dt=2026-12-04/hour=05/c2-1-1.parquet", buf.Bytes())
+			if _, err := d.Deliver(ctx, hour); err != nil {
+				t.Fatal(err)
+			}
+			corrected := objects()
+			withLate := append(slices.Clone(recs), late)
+			for _, r := range res.Projects {
+				if changed := corrected[r.URL] != before[r.URL]; changed != (r.ID == a) {
+					t.Errorf("after the late record %s's object changed: %v", r.ID, changed)
+				}
+			}
+			loc, _ := d.cfg.target(a)
+			checkFile(t, a, get(t, srv.ClientAs(users[a], secret[users[a]]), loc.Bucket, loc.Key(Key(a, hour))), expected(withLate, a))
+
 			if left, _ := os.ReadDir(d.cfg.StagingDir); len(left) != 0 {
 				t.Errorf("staging_dir keeps %d entries after the deliveries", len(left))
 			}

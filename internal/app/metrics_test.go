@@ -19,11 +19,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/bpf"
 	dashboards "github.com/tapflow/tapflow/deploy/grafana"
 	promrules "github.com/tapflow/tapflow/deploy/prometheus"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
@@ -213,6 +215,20 @@ func builtProcesses(t *testing.T) []process {
 		t.Fatalf("s3 output: %v", err)
 	}
 	out = append(out, gatheredProcess(t, "s3 output", reg))
+
+	// Tenant flow logs (billing/flowlogs): the billing process's; no
+	// project listed, so per-project series start with each project.
+	reg = obs.NewRegistry()
+	fcfg := flowlogs.DefaultConfig()
+	fcfg.Location, fcfg.StagingDir = "s3://flowlogs-{project_id}/tapflow", dir
+	src, err := dataset.Open(context.Background(), dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flowlogs.New(fcfg, src, flowlogs.Options{Logger: quiet, Registry: reg}); err != nil {
+		t.Fatalf("flow logs: %v", err)
+	}
+	out = append(out, gatheredProcess(t, "tenant flow logs", reg))
 	return out
 }
 
@@ -260,6 +276,8 @@ var lossCounters = []string{
 	"tapflow_capture_stranded_bytes_total",
 	"tapflow_inventory_errors_total",
 	"tapflow_s3_upload_failures_total",
+	"tapflow_flowlogs_delivery_failures_total",
+	"tapflow_flowlogs_hours_failed_total",
 	"tapflow_synthetic_batches_nacked_total",
 }
 
@@ -276,7 +294,8 @@ var perInterface = map[string]bool{
 // dynamicLabels are loss counters whose label values are only known when
 // the loss happens (the failing endpoint and its HTTP code).
 var dynamicLabels = map[string]string{
-	"tapflow_inventory_errors_total": "labels endpoint and code are the failing request's",
+	"tapflow_inventory_errors_total":          "labels endpoint and code are the failing request's",
+	"tapflow_flowlogs_project_failures_total": "label project_id is the failing project's (pre-created for billing.flow_logs.projects)",
 }
 
 // TestLossCountersExistAtZeroFromStart: every counter of every process

@@ -41,12 +41,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"time"
-
-	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/tapflow/tapflow/internal/dataset"
 	"github.com/tapflow/tapflow/internal/report"
@@ -396,11 +393,11 @@ func Run(ctx context.Context, out *dataset.Output, opts Options) (*Result, error
 		if !c.wants(f) {
 			continue
 		}
-		n, err := readFile(ctx, out, f, schemas.MeterSchemaName, func(r *schemas.Meter) {
+		n, err := dataset.ReadRows(ctx, out, f, schemas.MeterSchemaName, func(r *schemas.Meter) {
 			c.AddMeter(Key{r.Node, r.Ifname, r.Direction}, r.TimeStart, r.TimeEnd, Counts{r.Bytes, r.Packets}, Counts{r.LostBytes, r.LostPackets})
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("audit: %w", err)
 		}
 		res.MeterFiles++
 		res.MeterRecords += n
@@ -507,47 +504,4 @@ func partitionHour(f dataset.File) (int64, bool) {
 		return 0, false
 	}
 	return floorDiv(t.UnixMicro(), hourUS), true
-}
-
-// readFile streams the rows of one file to add, 4096 at a time (meters:
-// a row per tap and direction per meter interval). Rows are decoded whole
-// into the schema's struct: parquet-go reconstructs them faster than it
-// converts to a struct of the few columns needed.
-func readFile[T any](ctx context.Context, out *dataset.Output, f dataset.File, schema string, add func(*T)) (int64, error) {
-	rd, err := out.Open(ctx, f)
-	if err != nil {
-		return 0, fmt.Errorf("audit: %w", err)
-	}
-	defer rd.Close()
-	bad := func(err error) error {
-		return fmt.Errorf("audit: read %s: %w; it is not a complete %s Parquet file (the collector never leaves partial files): move it aside", out.Where(f), err, schema)
-	}
-	pf, err := pq.OpenFile(rd, rd.Size(), pq.SkipBloomFilters(true), pq.SkipPageIndex(true))
-	if err != nil {
-		return 0, bad(err)
-	}
-	if v, _ := pf.Lookup(schemas.MetadataKey); v != schema {
-		return 0, bad(fmt.Errorf("key-value metadata %s=%q, want %q", schemas.MetadataKey, v, schema))
-	}
-	r := pq.NewGenericReader[T](pf)
-	defer r.Close()
-	buf := make([]T, 4096)
-	var n int64
-	for {
-		k, err := r.Read(buf)
-		for i := range buf[:k] {
-			add(&buf[i])
-		}
-		n += int64(k)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return n, bad(err)
-		}
-	}
-	if n != pf.NumRows() {
-		return n, bad(fmt.Errorf("read %d rows, footer says %d", n, pf.NumRows()))
-	}
-	return n, nil
 }

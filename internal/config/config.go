@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/bpf/capture"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/units"
@@ -48,6 +49,15 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
+	// Billing is the billing stage (issue 23).
+	Billing BillingConfig `yaml:"billing"`
+}
+
+// BillingConfig is the `billing:` section.
+type BillingConfig struct {
+	// FlowLogs delivers each project's flow records of a closed hour to
+	// its own S3 location (billing/flowlogs).
+	FlowLogs flowlogs.Config `yaml:"flow_logs"`
 }
 
 // AttributionConfig is the `attribution:` section (see enrich.Config).
@@ -126,6 +136,7 @@ func Default() Config {
 		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: consume.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
+		Billing:   BillingConfig{FlowLogs: flowlogs.DefaultConfig()},
 	}
 }
 

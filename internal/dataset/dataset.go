@@ -26,7 +26,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	pq "github.com/parquet-go/parquet-go"
 
+	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/s3out"
 )
 
@@ -231,3 +233,47 @@ func (l *localFile) Size() int64 { return l.size }
 type memFile struct{ *bytes.Reader }
 
 func (memFile) Close() error { return nil }
+
+// ReadRows streams the rows of one committed file of schema (its
+// key-value metadata, schemas.MetadataKey) to add, 4096 at a time, decoded
+// whole into T (parquet-go reconstructs whole rows faster than it converts
+// to a struct of a few columns). It returns the rows read; every error
+// names the file.
+func ReadRows[T any](ctx context.Context, o *Output, f File, schema string, add func(*T)) (int64, error) {
+	rd, err := o.Open(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	bad := func(err error) error {
+		return fmt.Errorf("read %s: %w; it is not a complete %s Parquet file (the collector never leaves partial files): move it aside", o.Where(f), err, schema)
+	}
+	pf, err := pq.OpenFile(rd, rd.Size(), pq.SkipBloomFilters(true), pq.SkipPageIndex(true))
+	if err != nil {
+		return 0, bad(err)
+	}
+	if v, _ := pf.Lookup(schemas.MetadataKey); v != schema {
+		return 0, bad(fmt.Errorf("key-value metadata %s=%q, want %q", schemas.MetadataKey, v, schema))
+	}
+	r := pq.NewGenericReader[T](pf)
+	defer r.Close()
+	buf := make([]T, 4096)
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		for i := range buf[:k] {
+			add(&buf[i])
+		}
+		n += int64(k)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return n, bad(err)
+		}
+	}
+	if n != pf.NumRows() {
+		return n, bad(fmt.Errorf("read %d rows, footer says %d", n, pf.NumRows()))
+	}
+	return n, nil
+}

@@ -3,11 +3,17 @@ package dataset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tapflow/tapflow/internal/testkit/parquettest"
+	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/schemas/columns"
 )
 
 // TestListLocal: only committed files are listed (no temp names, nothing
@@ -64,5 +70,53 @@ func TestListLocal(t *testing.T) {
 		if _, err := Open(ctx, bad.arg, Options{}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Open(%q): %v, want %q", bad.arg, err, bad.want)
 		}
+	}
+}
+
+// TestReadRowsOlderMinor: ReadRows decodes whole flow.v1 rows from files
+// of every minor version (flow.v1.0 has no pool_id, member_id or lb_tap:
+// they read as empty strings), every row once, and refuses a file of another schema
+// naming it.
+func TestReadRowsOlderMinor(t *testing.T) {
+	recs := parquettest.Flows(parquettest.Spec{Records: 3000, Span: 30 * time.Minute})
+	for minor := range columns.FlowMinor + 1 {
+		t.Run(fmt.Sprintf("flow.v1.%d", minor), func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := parquettest.WriteOlderMinor(dir, "old", minor, recs); err != nil {
+				t.Fatal(err)
+			}
+			out, err := Open(context.Background(), dir, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			files, err := out.List(context.Background(), "flows")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n, bytes int64
+			pools := 0
+			for _, f := range files {
+				k, err := ReadRows(context.Background(), out, f, schemas.SchemaName, func(r *schemas.Flow) {
+					bytes += r.Bytes
+					if r.PoolID != "" {
+						pools++
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += k
+			}
+			var want int64
+			for _, r := range recs {
+				want += r.Bytes
+			}
+			if n != int64(len(recs)) || bytes != want || (minor == 0) != (pools == 0) {
+				t.Fatalf("%d rows, %d bytes, %d with pool_id; want %d rows, %d bytes", n, bytes, pools, len(recs), want)
+			}
+			if _, err := ReadRows(context.Background(), out, files[0], schemas.MeterSchemaName, func(*schemas.Meter) {}); err == nil || !strings.Contains(err.Error(), files[0].Rel) {
+				t.Fatalf("a flow file read as meters: %v", err)
+			}
+		})
 	}
 }

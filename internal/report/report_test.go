@@ -2,7 +2,6 @@ package report
 
 import (
 	"bytes"
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -20,8 +19,8 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/internal/testkit/committest"
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
-	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
 )
@@ -43,28 +42,7 @@ func writeData(t testing.TB, recs []schemas.Flow, rollSize int64) string {
 		cfg.RowGroupRows = 2048
 		cfg.RollSize = 1 << 16
 	}
-	s, err := parquet.New(cfg, parquet.Options{Node: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	in := make(chan *pipeline.Batch, 4)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background(), in) }()
-	failed := 0
-	for i := 0; i < len(recs); i += 1000 {
-		b := pipeline.NewBatch(recs[i:min(i+1000, len(recs))], func(err error) {
-			if err != nil {
-				failed++
-			}
-		})
-		b.Seq = int64(i/1000) + 1
-		in <- b
-	}
-	close(in)
-	if err := <-done; err != nil || failed > 0 {
-		t.Fatalf("sink: %v, %d batches failed", err, failed)
-	}
+	committest.Flows(t, recs, cfg, parquet.Options{Node: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return dir
 }
 

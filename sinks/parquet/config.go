@@ -174,6 +174,10 @@ func (c Config) MemoryEstimate() int64 {
 // IsRemote reports whether output names an object store (s3://…).
 func IsRemote(output string) bool { return strings.HasPrefix(output, "s3://") }
 
+// Codec returns the Parquet codec of a Compression name (other writers of
+// tapflow Parquet, such as billing/flowlogs, use the collector's settings).
+func Codec(name string) (compress.Codec, error) { return codecFor(name) }
+
 func codecFor(name string) (compress.Codec, error) {
 	switch name {
 	case CompressionZstd:

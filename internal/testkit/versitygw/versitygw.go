@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"debug/buildinfo"
+	"encoding/hex"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +23,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -120,9 +124,12 @@ type Server struct {
 	Endpoint string
 	// Root is the posix backend directory (bucket = subdirectory).
 	Root string
-	addr string
-	bin  string
-	log  *os.File
+	// IAMDir holds the gateway's internal IAM accounts (StartWith
+	// Options.IAM); "" without.
+	IAMDir string
+	addr   string
+	bin    string
+	log    *os.File
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -131,6 +138,20 @@ type Server struct {
 // Start builds (once) and starts a gateway on a free loopback port storing
 // in root (a new temp dir when ""). It is stopped in t.Cleanup.
 func Start(t testing.TB, root string) *Server {
+	t.Helper()
+	return StartWith(t, root, Options{})
+}
+
+// Options of StartWith.
+type Options struct {
+	// IAM runs the gateway's internal IAM (accounts stored in a temp
+	// directory): CreateUser adds accounts besides the root one, whose
+	// access is decided by bucket policies (PutBucketPolicy) and ACLs.
+	IAM bool
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, root string, opts Options) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -150,6 +171,9 @@ func Start(t testing.TB, root string) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{Endpoint: "http://" + addr, Root: root, addr: addr, bin: bin, log: logf}
+	if opts.IAM {
+		s.IAMDir = t.TempDir()
+	}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +197,11 @@ func (s *Server) start() error {
 	if s.cmd != nil {
 		return errors.New("versitygw: already running")
 	}
-	cmd := exec.Command(s.bin, "--port", s.addr, "posix", s.Root)
+	args := []string{"--port", s.addr}
+	if s.IAMDir != "" {
+		args = append(args, "--iam-dir", s.IAMDir)
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.Root)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+AccessKey, "ROOT_SECRET_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -241,6 +269,61 @@ func (s *Server) Client() *s3.Client {
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
 	})
+}
+
+// ClientAs returns an S3 client signing as another account (CreateUser).
+func (s *Server) ClientAs(access, secret string) *s3.Client {
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(s.Endpoint),
+		Region:       Region,
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(access, secret, ""),
+	})
+}
+
+// CreateUser adds an account through the gateway's admin API (what
+// `versitygw admin create-user` sends, signed by the root account; the
+// secret stays off any command line). role is user, userplus or admin.
+// Needs Options.IAM.
+func (s *Server) CreateUser(t testing.TB, access, secret, role string) {
+	t.Helper()
+	if s.IAMDir == "" {
+		t.Fatal("versitygw: CreateUser needs a gateway started with Options{IAM: true}")
+	}
+	type Account struct{ Access, Secret, Role string }
+	body, err := xml.Marshal(Account{access, secret, role})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPatch, s.Endpoint+"/create-user", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	req.Header.Set("X-Amz-Content-Sha256", hash)
+	if err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}, req, hash, "s3", Region, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("versitygw create-user %s: %v", access, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("versitygw create-user %s: %s: %s", access, resp.Status, b)
+	}
+}
+
+// PutBucketPolicy sets a bucket's policy (JSON) as the root account.
+func (s *Server) PutBucketPolicy(t testing.TB, bucket, policy string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Client().PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(policy)}); err != nil {
+		t.Fatalf("put bucket policy on %s: %v", bucket, err)
+	}
 }
 
 // MakeBucket creates a bucket.

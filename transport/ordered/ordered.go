@@ -91,9 +91,12 @@ type Reader struct {
 
 	name        atomic.Pointer[string]
 	cons        jetstream.Consumer
-	streamSeq   uint64 // of the last message delivered (0: none yet)
+	streamSeq   uint64 // of the last message handled (0: none yet)
 	consumerSeq uint64
-	resets      atomic.Int64
+	// reposition: a Run ended with messages pulled but not handled
+	// (the pull prefetches); the next recreates after the last handled.
+	reposition bool
+	resets     atomic.Int64
 }
 
 // New validates cfg; it contacts nothing.
@@ -238,9 +241,18 @@ func (r *Reader) Run(ctx context.Context, handle func(jetstream.Msg) error) erro
 	if err := r.Open(ctx); err != nil {
 		return err
 	}
+	if r.reposition {
+		if err := r.recreate(ctx); err != nil {
+			return fmt.Errorf("ordered: resuming %s on %s: %w", r.Name(), r.cfg.Stream, err)
+		}
+		r.reposition = false
+	}
 	for {
 		err := r.read(ctx, handle)
 		var h handlerError
+		if ctx.Err() != nil || errors.As(err, &h) {
+			r.reposition = true
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -47,8 +47,8 @@ type ServerUser struct {
 	// Node is the node an agent publishes for (role agent).
 	Node string `yaml:"node"`
 	// Durable is the collector's durable consumer (default
-	// tapflow-collector) or a subscriber's pre-created durable, which it
-	// may read and ack (nothing else).
+	// tapflow-collector) or a subscriber's durable, which it may create
+	// or update, read and ack (no other consumer).
 	Durable string `yaml:"durable"`
 	// Ordered lets a subscriber create its own ephemeral (ordered)
 	// consumers, e.g. to replay from a point in time, under its slot

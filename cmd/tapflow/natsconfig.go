@@ -53,7 +53,7 @@ func newNATSConfigCmd() *cobra.Command {
 	f.StringArrayVar(&agents, "agent", nil, "a node with an agent (user agent-NODE); repeat per node")
 	f.StringArrayVar(&collectors, "collector", []string{"collector"}, "a collector user, =DURABLE when its collector.durable is not tapflow-collector; repeatable")
 	f.StringVar(&inventoryUser, "inventory", "inventory", "the user of tapflow inventory serve (\"\": none)")
-	f.StringArrayVar(&subscribers, "subscriber", nil, "a subscriber user, =DURABLE for the pre-created durable it reads; repeatable")
+	f.StringArrayVar(&subscribers, "subscriber", nil, "a subscriber user, =DURABLE for the durable it creates and reads; repeatable")
 	f.StringArrayVar(&ordered, "ordered", nil, fmt.Sprintf("a subscriber user that creates ordered consumers (tapflow tap), =N for N at once (default %d); repeatable", roles.DefaultOrderedSlots))
 	f.StringVar(&admin, "admin", "ops", "the operators' user (\"\": none)")
 	f.StringVar(&c.Listen, "listen", ex.Listen, "nats-server's listen address")

@@ -75,8 +75,8 @@ type User struct {
 	// Node is the node an agent publishes for.
 	Node string
 	// Durable is a collector's flows consumer (default tapflow-collector;
-	// its meters consumer is Durable-meters), or the pre-created durable
-	// a subscriber may read and ack.
+	// its meters consumer is Durable-meters), or the durable a subscriber
+	// may create (or update), read and ack.
 	Durable string
 	// Ordered lets a subscriber create ephemeral ordered consumers
 	// (tapflow tap, replays from a point in time) under its slot names.

@@ -99,6 +99,7 @@ TEST_FUZZ_TARGETS := ./schemas:FuzzWireFlow ./schemas:FuzzWireFlowRows ./schemas
 TEST_FUZZ_TARGETS += ./schemas:FuzzBodyCodec
 TEST_FUZZ_TARGETS += ./enrich/provider/natsinv:FuzzDecodeDelta ./enrich/inventory:FuzzParse ./enrich/lookup:FuzzHandle
 TEST_FUZZ_TARGETS += ./transport:FuzzVersionAtLeast
+TEST_FUZZ_TARGETS += ./transport/consume:FuzzCheckHeaders ./transport:FuzzDLQEvictions
 FUZZ_RUN = $(GO) test -run '^$$' -fuzzminimizetime 10s
 TEST_FUZZ_PARALLEL ?= 2
 

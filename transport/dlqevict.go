@@ -1,7 +1,10 @@
 package transport
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
+	"math"
 	"time"
 )
 
@@ -23,19 +26,31 @@ type DLQEvictions struct {
 	LastMsgID string `json:"last_msg_id,omitempty"`
 }
 
-// Add merges o into e.
+// DecodeDLQEvictions reads a tally's JSON body (what any publisher on the
+// tally subject may have put there).
+func DecodeDLQEvictions(body []byte) (DLQEvictions, error) {
+	var e DLQEvictions
+	if err := json.Unmarshal(body, &e); err != nil {
+		return DLQEvictions{}, fmt.Errorf("not an eviction tally: %w", err)
+	}
+	return e, nil
+}
+
+// Add merges o into e. Counts saturate: a tally near the top of uint64
+// (a forged or corrupt one) stays there instead of wrapping to a small
+// number that would hide evictions.
 func (e *DLQEvictions) Add(o DLQEvictions) {
 	if e.Sender == "" {
 		e.Sender, e.Stream = o.Sender, o.Stream
 	}
-	e.Letters += o.Letters
-	e.Bytes += o.Bytes
-	e.Records += o.Records
+	e.Letters = addSat(e.Letters, o.Letters)
+	e.Bytes = addSat(e.Bytes, o.Bytes)
+	e.Records = addSat(e.Records, o.Records)
 	if e.ByReason == nil {
 		e.ByReason = map[string]uint64{}
 	}
 	for r, n := range maps.All(o.ByReason) {
-		e.ByReason[r] += n
+		e.ByReason[r] = addSat(e.ByReason[r], n)
 	}
 	if e.First.IsZero() || (!o.First.IsZero() && o.First.Before(e.First)) {
 		e.First = o.First
@@ -43,4 +58,11 @@ func (e *DLQEvictions) Add(o DLQEvictions) {
 	if o.Last.After(e.Last) {
 		e.Last, e.LastMsgID = o.Last, o.LastMsgID
 	}
+}
+
+func addSat(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/ordered"
 )
 
 func randomSecret(t *testing.T) string {
@@ -292,17 +293,22 @@ func TestSecureBus(t *testing.T) {
 	pCfg := b.client(t, "replayer")
 	pNC, pJS := b.connect(t, pCfg)
 	t.Run("ordered subscriber replays from the start", func(t *testing.T) {
-		oc, err := pJS.OrderedConsumer(ctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{transport.FlowsSubject("node-a")}, DeliverPolicy: jetstream.DeliverAllPolicy})
+		// In its own slot (replayer-0 …): the only names its role allows.
+		rd, err := ordered.New(pJS, ordered.Config{Stream: transport.FlowsStream, FilterSubject: transport.FlowsSubject("node-a"),
+			User: "replayer", DeliverPolicy: jetstream.DeliverAllPolicy}, b.log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatalf("ordered consumer: %v", err)
+		defer func() { _ = rd.Close() }()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		var subject string
+		err = rd.Run(rctx, func(m jetstream.Msg) error { subject = m.Subject(); return ordered.ErrStop })
+		if err != nil || subject == "" {
+			t.Fatalf("ordered consumer %s: %v", rd.Name(), err)
 		}
-		if m.Subject() != transport.FlowsSubject("node-a") {
-			t.Fatalf("got %s", m.Subject())
+		if subject != transport.FlowsSubject("node-a") {
+			t.Fatalf("got %s", subject)
 		}
 	})
 	t.Run("ordered subscriber updating the collector's durable", func(t *testing.T) {

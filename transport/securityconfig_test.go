@@ -75,11 +75,28 @@ func TestValidateSecurity(t *testing.T) {
 		{"subscriber on the collector's custom durable", func(c *transport.Config) {
 			c.Listen, c.Collector.Durable = "127.0.0.1:0", "billing"
 			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", Durable: "billing"}}
-		}, []string{"server.users[0].durable", `"billing" is a collector's consumer`}},
+		}, []string{"server.users[0]", `"billing" is both collector.durable's flows durable and subscriber s's durable`, "give each user consumer names of its own"}},
 		{"subscriber on the default collector's meters durable", func(c *transport.Config) {
 			c.Listen = "127.0.0.1:0"
 			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", Durable: "tapflow-collector-meters"}}
-		}, []string{"server.users[0].durable", "collector's consumer"}},
+		}, []string{"server.users[0]", `"tapflow-collector-meters" is both the default collector's meters durable and subscriber s's durable`}},
+		{"ordered slot on another subscriber's durable", func(c *transport.Config) {
+			c.Listen = "127.0.0.1:0"
+			c.Server.Users = []transport.ServerUser{{User: "an", PasswordFile: secret, Role: "subscriber", Durable: "tap-2"},
+				{User: "tap", PasswordFile: secret, Role: "subscriber", Ordered: true}}
+		}, []string{"server.users[1]", `"tap-2" is both subscriber an's durable and ordered subscriber tap's slot`, "ordered slots are <user>-0, <user>-1"}},
+		{"collector.durable on an ordered slot", func(c *transport.Config) {
+			c.Listen, c.Collector.Durable = "127.0.0.1:0", "tap-0"
+			c.Server.Users = []transport.ServerUser{{User: "tap", PasswordFile: secret, Role: "subscriber", Ordered: true, OrderedSlots: 1}}
+		}, []string{"server.users[0]", `"tap-0" is both collector.durable's flows durable and ordered subscriber tap's slot`}},
+		{"ordered_slots without ordered", func(c *transport.Config) {
+			c.Listen = "127.0.0.1:0"
+			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", OrderedSlots: 2}}
+		}, []string{"server.users[0].ordered_slots", "only with ordered: true"}},
+		{"too many ordered_slots", func(c *transport.Config) {
+			c.Listen = "127.0.0.1:0"
+			c.Server.Users = []transport.ServerUser{{User: "s", PasswordFile: secret, Role: "subscriber", Ordered: true, OrderedSlots: 65}}
+		}, []string{"server.users[0].ordered_slots", "1..64"}},
 		{"user with password and nkey", func(c *transport.Config) {
 			c.Listen, c.Server.Users = "127.0.0.1:0", []transport.ServerUser{{User: "a", PasswordFile: secret, Nkey: "UABC", Role: "admin"}}
 		}, []string{"exactly one of password_file and nkey"}},

@@ -47,13 +47,17 @@ type ServerUser struct {
 	// Node is the node an agent publishes for (role agent).
 	Node string `yaml:"node"`
 	// Durable is the collector's durable consumer (default
-	// tapflow-collector) or a subscriber's pre-created durable, which it
-	// may read and ack (nothing else).
+	// tapflow-collector) or a subscriber's durable, which it may create
+	// or update, read and ack (no other consumer).
 	Durable string `yaml:"durable"`
 	// Ordered lets a subscriber create its own ephemeral (ordered)
-	// consumers, e.g. to replay from a point in time; without it and
-	// without durable a subscriber only has live core subscriptions.
+	// consumers, e.g. to replay from a point in time, under its slot
+	// names <user>-0 … (roles.OrderedNames); without it and without
+	// durable a subscriber only has live core subscriptions.
 	Ordered bool `yaml:"ordered"`
+	// OrderedSlots is how many ordered consumers it holds at once, one
+	// per running tapflow tap (0: roles.DefaultOrderedSlots).
+	OrderedSlots int `yaml:"ordered_slots"`
 }
 
 // Roles of nats.server.users (transport/roles has their permissions).
@@ -71,15 +75,13 @@ const internalUser = "tapflow-internal"
 
 // roleUser is u as transport/roles sees it.
 func roleUser(u ServerUser) roles.User {
-	return roles.User{Name: u.User, Role: roles.Role(u.Role), Node: u.Node, Durable: u.Durable, Ordered: u.Ordered}
+	return roles.User{Name: u.User, Role: roles.Role(u.Role), Node: u.Node, Durable: u.Durable, Ordered: u.Ordered, Slots: u.OrderedSlots}
 }
 
-// UserPermissions is what each of users may do on the embedded server
-// (transport/roles), by user name; collectorDurable is this process's
-// collector.durable: the durable of collector users that name none, and
-// protected from subscribers like every collector's and subscriber's
-// durable in users.
-func UserPermissions(users []ServerUser, collectorDurable string) map[string]roles.Permissions {
+// roleUsers are users as transport/roles sees them; collectorDurable is
+// this process's collector.durable, the durable of collector users that
+// name none.
+func roleUsers(users []ServerUser, collectorDurable string) []roles.User {
 	ru := make([]roles.User, len(users))
 	for i, u := range users {
 		ru[i] = roleUser(u)
@@ -87,10 +89,16 @@ func UserPermissions(users []ServerUser, collectorDurable string) map[string]rol
 			ru[i].Durable = collectorDurable
 		}
 	}
-	prot := roles.Protected(ru, collectorDurable)
+	return ru
+}
+
+// UserPermissions is what each of users may do on the embedded server
+// (transport/roles), by user name; collectorDurable is this process's
+// collector.durable (the durable of collector users that name none).
+func UserPermissions(users []ServerUser, collectorDurable string) map[string]roles.Permissions {
 	out := make(map[string]roles.Permissions, len(users))
-	for _, u := range ru {
-		out[u.Name] = roles.For(u, prot)
+	for _, u := range roleUsers(users, collectorDurable) {
+		out[u.Name] = roles.For(u)
 	}
 	return out
 }
@@ -138,10 +146,6 @@ func (c Config) validateServer(e *units.Errors) {
 		}
 	}
 	seen := map[string]bool{}
-	ru := make([]roles.User, len(s.Users))
-	for i, u := range s.Users {
-		ru[i] = roleUser(u)
-	}
 	for i, u := range s.Users {
 		key := fmt.Sprintf("server.users[%d]", i)
 		if !userName.MatchString(u.User) {
@@ -163,6 +167,10 @@ func (c Config) validateServer(e *units.Errors) {
 		if u.Ordered && u.Role != RoleSubscriber {
 			e.Add(key+".ordered", "only for role subscriber", "remove it")
 		}
+		if u.OrderedSlots != 0 && (!u.Ordered || u.OrderedSlots < 0 || u.OrderedSlots > roles.MaxOrderedSlots) {
+			e.Add(key+".ordered_slots", fmt.Sprintf("%d: only with ordered: true, 1..%d", u.OrderedSlots, roles.MaxOrderedSlots),
+				fmt.Sprintf("set ordered: true and 1..%d ordered consumers at once (0: %d), or remove it", roles.MaxOrderedSlots, roles.DefaultOrderedSlots))
+		}
 		switch u.Role {
 		case RoleAgent:
 			if !subjectToken(u.Node) {
@@ -172,14 +180,15 @@ func (c Config) validateServer(e *units.Errors) {
 			if u.Durable != "" && !subjectToken(u.Durable) {
 				e.Add(key+".durable", fmt.Sprintf("%q: not a consumer name", u.Durable), "use letters, digits, - and _")
 			}
-			if u.Role == RoleSubscriber && u.Durable != "" && roles.CollectorConsumer(u.Durable, ru, c.Collector.Durable) {
-				e.Add(key+".durable", fmt.Sprintf("%q is a collector's consumer: the subscriber could take and ack the collector's messages", u.Durable),
-					"give the subscriber a durable of its own (an admin creates it: nats consumer add TAPFLOW_FLOWS <name> --pull --ack explicit)")
-			}
 		case RoleAdmin, RoleInventory:
 		default:
 			e.Add(key+".role", fmt.Sprintf("%q: unknown role", u.Role), "use agent, collector, inventory, subscriber or admin")
 		}
+	}
+	// Each consumer name belongs to one user: its rights are by name.
+	for _, cf := range roles.Conflicts(roleUsers(s.Users, c.Collector.Durable), c.Collector.Durable) {
+		e.Add(fmt.Sprintf("server.users[%d]", cf.User), cf.Problem+": the one could update, pull from or delete the other's consumer",
+			"give each user consumer names of its own: rename the durable or the user (ordered slots are <user>-0, <user>-1, …)")
 	}
 }
 
@@ -219,7 +228,7 @@ func applyServerSecurity(opts *server.Options, s ServerConfig, collectorDurable 
 	for _, u := range s.Users {
 		p := all[u.User]
 		perms := &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: p.Publish, Deny: p.PublishDeny},
+			Publish:   &server.SubjectPermission{Allow: p.Publish},
 			Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
 		}
 		if p.AllowResponses {

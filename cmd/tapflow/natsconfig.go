@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,10 +19,12 @@ embedded server applies and docs/security.md shows). Passwords are read by
 nats-server from environment variables ($AGENT_CMP1_PASSWORD for user
 agent-cmp1, …); replace them with bcrypt hashes if you prefer.
 
-Give every consumer the fleet has: each collector's durable
-(--collector USER=DURABLE) and each subscriber's (--subscriber
-USER=DURABLE) are refused to ordered subscribers by name, so a durable
-left out here is not protected.
+Consumer rights are granted by name only: a collector its durables
+(--collector USER=DURABLE), a subscriber its durable (--subscriber
+USER=DURABLE), an ordered subscriber its slots USER-0 … USER-(N-1)
+(--ordered USER=N, default N 4: one per running tapflow tap). No user can
+touch a consumer it does not own by name; two users owning one name are
+refused.
 
 Example (the configuration docs/security.md shows):
   tapflow nats-config --agent cmp1 --agent cmp2 --subscriber analytics=analytics --ordered tap`
@@ -50,8 +53,8 @@ func newNATSConfigCmd() *cobra.Command {
 	f.StringArrayVar(&agents, "agent", nil, "a node with an agent (user agent-NODE); repeat per node")
 	f.StringArrayVar(&collectors, "collector", []string{"collector"}, "a collector user, =DURABLE when its collector.durable is not tapflow-collector; repeatable")
 	f.StringVar(&inventoryUser, "inventory", "inventory", "the user of tapflow inventory serve (\"\": none)")
-	f.StringArrayVar(&subscribers, "subscriber", nil, "a subscriber user, =DURABLE for the pre-created durable it reads; repeatable")
-	f.StringArrayVar(&ordered, "ordered", nil, "a subscriber user that creates ordered consumers (tapflow tap); repeatable")
+	f.StringArrayVar(&subscribers, "subscriber", nil, "a subscriber user, =DURABLE for the durable it creates and reads; repeatable")
+	f.StringArrayVar(&ordered, "ordered", nil, fmt.Sprintf("a subscriber user that creates ordered consumers (tapflow tap), =N for N at once (default %d); repeatable", roles.DefaultOrderedSlots))
 	f.StringVar(&admin, "admin", "ops", "the operators' user (\"\": none)")
 	f.StringVar(&c.Listen, "listen", ex.Listen, "nats-server's listen address")
 	f.StringVar(&c.CertFile, "cert-file", ex.CertFile, "server certificate (\"\": no TLS)")
@@ -106,7 +109,15 @@ func natsConfigUsers(agents, collectors []string, inventoryUser string, subscrib
 		}
 	}
 	for _, o := range ordered {
-		if err := add("ordered", roles.User{Name: o, Role: roles.Subscriber, Ordered: true}); err != nil {
+		name, n, _ := strings.Cut(o, "=")
+		slots := 0
+		if n != "" {
+			var err error
+			if slots, err = strconv.Atoi(n); err != nil || slots < 1 || slots > roles.MaxOrderedSlots {
+				return nil, usageErr("--ordered %s: %q is not a slot count; use 1..%d", o, n, roles.MaxOrderedSlots)
+			}
+		}
+		if err := add("ordered", roles.User{Name: name, Role: roles.Subscriber, Ordered: true, Slots: slots}); err != nil {
 			return nil, err
 		}
 	}
@@ -115,10 +126,8 @@ func natsConfigUsers(agents, collectors []string, inventoryUser string, subscrib
 			return nil, err
 		}
 	}
-	for _, u := range users {
-		if u.Role == roles.Subscriber && u.Durable != "" && roles.CollectorConsumer(u.Durable, users) {
-			return nil, usageErr("--subscriber %s=%s: %q is a collector's consumer; give the subscriber a durable of its own", u.Name, u.Durable, u.Durable)
-		}
+	if cf := roles.Conflicts(users); len(cf) > 0 {
+		return nil, usageErr("user %s: %s; give each user consumer names of its own (rename the durable or the user: ordered slots are USER-0, USER-1, …)", users[cf[0].User].Name, cf[0].Problem)
 	}
 	return users, nil
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // TestNATSConfig: the command prints the configuration docs/security.md
-// shows for the doc's fleet, protects a custom collector durable from
-// ordered subscribers, and refuses unusable names.
+// shows for the doc's fleet, gives an ordered subscriber its slots and
+// nothing of a custom collector durable, and refuses unusable names and
+// consumer names two users would own.
 func TestNATSConfig(t *testing.T) {
 	cases := []struct {
 		name string
@@ -18,13 +19,19 @@ func TestNATSConfig(t *testing.T) {
 		code int
 		want []string // in stdout, or stderr when code != 0
 	}{
-		{"the doc's fleet", []string{"--agent", "cmp1", "--agent", "cmp2", "--subscriber", "analytics=analytics", "--ordered", "tap"}, exitOK,
+		{"the doc's fleet", []string{"--agent", "cmp1", "--agent", "cmp2", "--subscriber", "analytics=analytics", "--ordered", "tap", "--ordered", "replay=2"}, exitOK,
 			[]string{roles.Example().Render()}},
-		{"custom collector durable", []string{"--agent", "cmp1", "--collector", "collector=billing", "--ordered", "tap"}, exitOK,
-			[]string{`"$JS.API.CONSUMER.MSG.NEXT.TAPFLOW_FLOWS.billing"`, `"$JS.API.CONSUMER.DELETE.TAPFLOW_METERS.billing-meters"`, `"$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS.billing.>"`}},
+		{"custom collector durable", []string{"--agent", "cmp1", "--collector", "collector=billing", "--ordered", "tap=1"}, exitOK,
+			[]string{`"$JS.API.CONSUMER.MSG.NEXT.TAPFLOW_FLOWS.billing"`, `"$JS.API.CONSUMER.CREATE.TAPFLOW_FLOWS.billing.>"`,
+				"# subscriber: ordered consumers tap-0 (tapflow tap", `"$JS.API.CONSUMER.DELETE.TAPFLOW_METERS.tap-0"`}},
+		{"ordered slots not a number", []string{"--agent", "a", "--ordered", "tap=0"}, exitUsage, []string{`--ordered tap=0: "0" is not a slot count`}},
+		{"slot is another subscriber's durable", []string{"--agent", "a", "--subscriber", "an=tap-1", "--ordered", "tap"}, exitUsage,
+			[]string{`user tap: "tap-1" is both subscriber an's durable and ordered subscriber tap's slot`}},
+		{"slot is a collector's durable", []string{"--agent", "a", "--collector", "collector=tap-0", "--ordered", "tap"}, exitUsage,
+			[]string{`"tap-0" is both collector collector's flows durable and ordered subscriber tap's slot`}},
 		{"no agent", []string{"--ordered", "tap"}, exitUsage, []string{"no --agent"}},
 		{"wildcard node", []string{"--agent", "cmp.>"}, exitUsage, []string{`"cmp.>" is not a usable NATS name`}},
-		{"subscriber on the collector's durable", []string{"--agent", "a", "--collector", "collector=billing", "--subscriber", "an=billing-meters"}, exitUsage, []string{`"billing-meters" is a collector's consumer`}},
+		{"subscriber on the collector's durable", []string{"--agent", "a", "--collector", "collector=billing", "--subscriber", "an=billing-meters"}, exitUsage, []string{`"billing-meters" is both collector collector's meters durable and subscriber an's durable`}},
 		{"user twice", []string{"--agent", "a", "--ordered", "ops"}, exitUsage, []string{`user "ops" given twice`}},
 	}
 	for _, c := range cases {
@@ -42,6 +49,10 @@ func TestNATSConfig(t *testing.T) {
 				if !strings.Contains(got, w) {
 					t.Errorf("output lacks %q:\n%s", w, got)
 				}
+			}
+			// Consumer rights are by name: no wildcard over names, no deny list.
+			if c.code == exitOK && (strings.Contains(got, `.*"`) || strings.Contains(got, "deny:")) {
+				t.Errorf("a consumer right by wildcard or a deny list:\n%s", got)
 			}
 		})
 	}

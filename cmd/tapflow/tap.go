@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,14 +18,20 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/ordered"
+	"github.com/tapflow/tapflow/transport/roles"
 )
 
 const tapLong = `Print flow.v1 records live, as agents publish them to NATS (TAPFLOW_FLOWS).
 
 tap reads through an ordered ephemeral consumer that starts at new messages
-(DeliverNew) and acks nothing: it never takes a message from the collector,
-and holds one in the stream only until it was sent to tap. tap deletes it
-at exit (the server does within 10s if tap is killed). A record shows within
+and acks nothing: it never takes a message from the collector, and holds
+one in the stream only until it was sent to tap. The consumer is named
+after the NATS user, <user>-<i> for the first free i below --slots (an
+ordered subscriber may create only those names: docs/security.md); tap
+deletes it at exit (the server does within 10s if tap is killed, freeing
+the slot). The user is nats.user, else the name in nats.inbox_prefix
+(_INBOX.<name>), else tapflow-tap. A record shows within
 a second of its batch's publish. With source ebpf a flow is published when
 the capture exports it: a long-lived flow at least every
 capture.active_timeout, an idle one capture.idle_timeout after its last
@@ -52,9 +57,21 @@ const tapExample = `  tapflow tap --config /etc/tapflow/tapflow.yaml --tenant 4f
   tapflow tap --config /etc/tapflow/tapflow.yaml --format json | jq .bytes`
 
 // tapInactive is how soon the server deletes a tap consumer nobody pulls
-// from (a killed tap): the ordered consumer's pulls keep it alive while
+// from (a killed tap), freeing its slot: tap's pulls keep it alive while
 // tap runs.
 const tapInactive = 10 * time.Second
+
+// tapSlotUser is whose slots tap's consumer takes: the user its
+// permissions are for (transport/roles.OrderedNames).
+func tapSlotUser(c transport.Config) string {
+	if c.User != "" {
+		return c.User
+	}
+	if n, ok := strings.CutPrefix(c.InboxPrefix, "_INBOX."); ok && n != "" && !strings.Contains(n, ".") {
+		return n
+	}
+	return "tapflow-tap"
+}
 
 // tapFilter selects the records tap prints.
 type tapFilter struct {
@@ -75,7 +92,7 @@ func newTapCmd() *cobra.Command {
 	var (
 		cf                         cfgFlags
 		tenant, zone, node, format string
-		port, limit                int
+		port, limit, slots         int
 		timeout                    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -97,6 +114,9 @@ func newTapCmd() *cobra.Command {
 			if limit < 0 {
 				return usageErr("--limit %d: use 0 (no limit) or more", limit)
 			}
+			if slots < 1 || slots > roles.MaxOrderedSlots {
+				return usageErr("--slots %d: use 1..%d (the user's nats.server.users[].ordered_slots)", slots, roles.MaxOrderedSlots)
+			}
 			if strings.ContainsAny(node, ".*> \t") {
 				return usageErr("--node %q: a node name, without NATS wildcards or dots", node)
 			}
@@ -111,7 +131,7 @@ func newTapCmd() *cobra.Command {
 			ctx, stop := signalContext()
 			defer stop()
 			f := tapFilter{tenant: tenant, zone: zone, node: node, port: int32(port)}
-			return tap(ctx, ncfg, f, format, limit, timeout, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return tap(ctx, ncfg, f, tapOptions{format: format, limit: limit, slots: slots, timeout: timeout}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -123,20 +143,26 @@ func newTapCmd() *cobra.Command {
 	fs.IntVar(&port, "port", -1, "only records whose src_port or dst_port is this port")
 	fs.StringVar(&format, "format", "table", "table or json (one record per line)")
 	fs.IntVar(&limit, "limit", 0, "exit after this many records (0: until interrupted)")
+	fs.IntVar(&slots, "slots", roles.DefaultOrderedSlots, "how many ordered consumers the NATS user may hold (its ordered_slots): tap takes the first free one")
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "bound on creating the consumer (connecting: at most 4s)")
 	return cmd
 }
 
-func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string, limit int, timeout time.Duration, stdout, stderr io.Writer) error {
+// tapOptions are tap's output and consumer settings.
+type tapOptions struct {
+	format       string
+	limit, slots int
+	timeout      time.Duration
+}
+
+func tap(ctx context.Context, ncfg transport.Config, f tapFilter, o tapOptions, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nc, err := connectCLI(ctx, ncfg, "tapflow-tap", timeout, log)
+	nc, err := connectCLI(ctx, ncfg, "tapflow-tap", o.timeout, log)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(timeout))
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(o.timeout))
 	if err != nil {
 		return err
 	}
@@ -144,57 +170,45 @@ func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string,
 	if f.node != "" {
 		subject = transport.FlowsSubject(f.node)
 	}
-	// Ordered consumer: ephemeral, AckNone, recreated by the client on a
-	// gap; the collector's durable never notices it. Under interest
-	// retention an AckNone consumer still holds what it has not been sent
-	// yet, so it is deleted at exit, and by the server within
-	// tapInactive should tap die without deleting it.
-	cons, err := js.OrderedConsumer(cctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subject},
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
-		InactiveThreshold: tapInactive,
-	})
+	// Ordered consumer in one of the user's slots: AckNone, recreated
+	// under the same name on a gap; the collector's durable never
+	// notices it. Under interest retention an AckNone consumer still
+	// holds what it has not been sent yet, so it is deleted at exit, and
+	// by the server within tapInactive should tap die without deleting it.
+	rd, err := ordered.New(js, ordered.Config{Stream: transport.FlowsStream, FilterSubject: subject, User: tapSlotUser(ncfg),
+		Slots: o.slots, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: tapInactive}, log)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	err = rd.Open(cctx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", transport.FlowsStream, err)
 	}
-	cancel()
-	msgs, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", transport.FlowsStream, err)
-	}
 	defer func() {
-		msgs.Stop()
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if info := cons.CachedInfo(); info != nil {
-			if err := js.DeleteConsumer(dctx, transport.FlowsStream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				log.Warn("deleting the tap consumer; the server drops it after "+tapInactive.String(), "consumer", info.Name, "err", err)
-			}
+		if err := rd.Close(); err != nil {
+			log.Warn("deleting the tap consumer", "err", err)
+		}
+		if n := rd.Resets(); n > 0 {
+			fmt.Fprintf(stderr, "tapflow tap: consumer %s recreated %d times (gaps or losses; read on from the next stream sequence)\n", rd.Name(), n)
 		}
 	}()
-	go func() { <-ctx.Done(); msgs.Stop() }()
-	fmt.Fprintf(stderr, "tapping %s (new records only; Ctrl-C stops)\n", subject)
+	fmt.Fprintf(stderr, "tapping %s (new records only, consumer %s; Ctrl-C stops)\n", subject, rd.Name())
 
 	d := consume.DefaultConfig()
 	dec, err := schemas.NewDecoder().Limited(int64(d.MaxMessageBytes), d.MaxBatchRecords)
 	if err != nil {
 		return err
 	}
-	out := newTapWriter(stdout, format)
+	out := newTapWriter(stdout, o.format)
 	printed := 0
 	var recs []schemas.Flow
-	for {
-		msg, err := msgs.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return fmt.Errorf("consume %s: %w", transport.FlowsStream, err)
-		}
+	return rd.Run(ctx, func(msg jetstream.Msg) error {
 		recs, err = dec.Decode(recs[:0], msg.Data())
 		if err != nil {
 			fmt.Fprintf(stderr, "tapflow tap: skipping message on %s (%s): %v\n", msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), err)
-			continue
+			return nil
 		}
 		for i := range recs {
 			if !f.match(&recs[i]) {
@@ -203,11 +217,12 @@ func tap(ctx context.Context, ncfg transport.Config, f tapFilter, format string,
 			if err := out.write(&recs[i]); err != nil {
 				return err
 			}
-			if printed++; limit > 0 && printed >= limit {
-				return nil
+			if printed++; o.limit > 0 && printed >= o.limit {
+				return ordered.ErrStop
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // tapWriter prints records as aligned table lines or JSON lines.

@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/pipeline"
@@ -41,9 +45,15 @@ type tapRun struct {
 // consumer exists (the "tapping" line), so what is published next is seen.
 func startTap(t *testing.T, s *transporttest.Server, args ...string) *tapRun {
 	t.Helper()
+	return startTapArgs(t, append([]string{"--nats-url", s.ClientURL()}, args...)...)
+}
+
+// startTapArgs runs `tapflow tap args…` as startTap does.
+func startTapArgs(t *testing.T, args ...string) *tapRun {
+	t.Helper()
 	r := &tapRun{done: make(chan int, 1)}
 	go func() {
-		r.done <- run(append([]string{"tap", "--nats-url", s.ClientURL()}, args...), &r.out, &r.errb)
+		r.done <- run(append([]string{"tap"}, args...), &r.out, &r.errb)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(r.errb.String(), "tapping ") {
@@ -236,6 +246,7 @@ func TestTapUsage(t *testing.T) {
 		{[]string{"tap", "--zone", "moon"}, exitUsage, `--zone "moon": unknown`},
 		{[]string{"tap", "--port", "70000"}, exitUsage, "--port 70000"},
 		{[]string{"tap", "--node", "cmp.*"}, exitUsage, "without NATS wildcards"},
+		{[]string{"tap", "--slots", "0"}, exitUsage, "--slots 0: use 1..64"},
 		{[]string{"tap"}, exitUsage, "no NATS to connect to"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -247,5 +258,90 @@ func TestTapUsage(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestTapAsOrderedUser: tap on a secured embedded server (mutual TLS,
+// nats.server.users as docs/security.md configures them) as an ordered
+// subscriber with ordered_slots 2, whose role allows only the consumers
+// tap-0 and tap-1: two taps at once take one each and both print the
+// record, a third is refused naming the slots and the fix, and at exit
+// both consumers are gone (the slots free again).
+func TestTapAsOrderedUser(t *testing.T) {
+	dir := t.TempDir()
+	pki := transporttest.NewPKI(t, dir)
+	pw := filepath.Join(dir, "tap.pw") // the server's and the client's
+	if err := os.WriteFile(pw, []byte("pw-of-tap\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := transport.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Server = transport.ServerConfig{
+		TLS:   transport.ServerTLS{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CAFile: pki.CA},
+		Users: []transport.ServerUser{{User: "tap", PasswordFile: pw, Role: transport.RoleSubscriber, Ordered: true, OrderedSlots: 2}},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := transport.NewEmbeddedServer(filepath.Join(dir, "store"), "tap-test", cfg, quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	// This process's own in-process client: streams and the agent's publish.
+	nc, err := e.Connect("test", quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.EnsureStreams(context.Background(), js, transport.DefaultConfig(), quietLog); err != nil {
+		t.Fatal(err)
+	}
+	s := &transporttest.Server{Embedded: e, NC: nc, JS: js, Dir: dir}
+	conf := filepath.Join(dir, "tap.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  user: tap\n  password_file: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}\n",
+		e.ClientURL(), pw, pki.CA, pki.ClientCert, pki.ClientKey)
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	taps := []*tapRun{startTapArgs(t, "--config", conf, "--slots", "2", "--limit", "1"), startTapArgs(t, "--config", conf, "--slots", "2", "--limit", "1")}
+	slots := map[string]bool{}
+	for _, r := range taps {
+		for _, n := range []string{"tap-0", "tap-1"} {
+			if strings.Contains(r.errb.String(), "consumer "+n+";") {
+				slots[n] = true
+			}
+		}
+	}
+	if len(slots) != 2 {
+		t.Fatalf("two taps in slots %v, want tap-0 and tap-1:\n%s\n%s", slots, taps[0].errb.String(), taps[1].errb.String())
+	}
+	code, _, stderr := runCLI("tap", "--config", conf, "--slots", "2", "--limit", "1")
+	if code != exitRuntime || !strings.Contains(stderr, "every ordered consumer slot is in use: tap-0, tap-1") || !strings.Contains(stderr, "ordered_slots") {
+		t.Fatalf("third tap with both slots held: exit %d, stderr %q; want a failure naming the slots and ordered_slots", code, stderr)
+	}
+	publishRecs(t, s, "cmp1", []schemas.Flow{{Node: "cmp1", TenantID: "t1", Bytes: 9876, TimeEnd: time.Now().UnixMicro()}})
+	for i, r := range taps {
+		if code := r.wait(t); code != exitOK || !strings.Contains(r.out.String(), "9876") {
+			t.Fatalf("tap %d: exit %d, stdout %q, stderr %q", i, code, r.out.String(), r.errb.String())
+		}
+	}
+	st, err := js.Stream(context.Background(), transport.FlowsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(context.Background())
+	for n := range names.Name() {
+		if strings.HasPrefix(n, "tap-") {
+			t.Errorf("consumer %s left after tap exited", n)
+		}
 	}
 }

@@ -108,7 +108,7 @@ func runFleet(b *testing.B, nAgents, rate int, duration, rollAge time.Duration) 
 	}
 	var users strings.Builder
 	addUser := func(u roles.User, pw string) {
-		p := roles.For(u, nil)
+		p := roles.For(u)
 		q := func(v []string) string {
 			var s []string
 			for _, x := range v {
@@ -116,12 +116,8 @@ func runFleet(b *testing.B, nAgents, rate int, duration, rollAge time.Duration) 
 			}
 			return "[" + strings.Join(s, ", ") + "]"
 		}
-		deny := ""
-		if len(p.PublishDeny) > 0 {
-			deny = ", deny: " + q(p.PublishDeny)
-		}
-		fmt.Fprintf(&users, "    {user: %q, password: %q, permissions: {publish: {allow: %s%s}, subscribe: {allow: %s}}}\n",
-			u.Name, pw, q(p.Publish), deny, q(p.Subscribe))
+		fmt.Fprintf(&users, "    {user: %q, password: %q, permissions: {publish: {allow: %s}, subscribe: {allow: %s}}}\n",
+			u.Name, pw, q(p.Publish), q(p.Subscribe))
 	}
 	addUser(roles.User{Name: "probe", Role: roles.Admin}, password())
 	collPW := password()

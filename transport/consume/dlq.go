@@ -138,7 +138,7 @@ func (s *SourceOf[T]) addTally(ctx context.Context, subject string, ev transport
 		switch {
 		case err == nil:
 			last = m.Sequence
-			if json.Unmarshal(m.Data, &cur) != nil {
+			if cur, err = transport.DecodeDLQEvictions(m.Data); err != nil {
 				cur = transport.DLQEvictions{} // not ours: start again rather than stop counting
 			}
 		case errors.Is(err, jetstream.ErrMsgNotFound):

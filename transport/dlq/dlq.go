@@ -8,7 +8,6 @@ package dlq
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -172,9 +171,9 @@ func Evictions(ctx context.Context, js jetstream.JetStream) ([]transport.DLQEvic
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", subj, err)
 		}
-		var e transport.DLQEvictions
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			return nil, fmt.Errorf("%s at seq %d: not an eviction tally: %w", subj, m.Sequence, err)
+		e, err := transport.DecodeDLQEvictions(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%s at seq %d: %w", subj, m.Sequence, err)
 		}
 		out = append(out, e)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/consume"
+	"github.com/tapflow/tapflow/transport/ordered"
 	"github.com/tapflow/tapflow/transport/roles"
 )
 
@@ -92,7 +93,7 @@ func TestRolesOnEmbeddedServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The collector's user names no durable: it gets collector.durable.
-				cfg.Server.Users = append(cfg.Server.Users, transport.ServerUser{User: u.Name, PasswordFile: pw, Role: string(u.Role), Node: u.Node, Ordered: u.Ordered,
+				cfg.Server.Users = append(cfg.Server.Users, transport.ServerUser{User: u.Name, PasswordFile: pw, Role: string(u.Role), Node: u.Node, Ordered: u.Ordered, OrderedSlots: u.Slots,
 					Durable: map[bool]string{true: u.Durable}[u.Role == roles.Subscriber]})
 			}
 			if err := cfg.Validate(); err != nil {
@@ -293,11 +294,14 @@ func runRoles(t *testing.T, b *bus, durable string) {
 	if err := transport.EnsureStreams(ctx, col.js, col.cfg, b.log); err != nil {
 		t.Fatalf("collector cannot set up the streams with its role's permissions: %v", err)
 	}
-	// An operator pre-creates the analytics subscriber's durable.
+	// An operator pre-creates the analytics subscriber's durable, and a
+	// consumer by hand that no configuration names.
 	ops := b.connect(t, "ops", nil)
-	if _, err := ops.js.CreateConsumer(ctx, transport.FlowsStream, jetstream.ConsumerConfig{
-		Durable: "analytics", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: transport.FlowsSubjectRoot + ".>"}); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"analytics", "backup"} {
+		if _, err := ops.js.CreateConsumer(ctx, transport.FlowsStream, jetstream.ConsumerConfig{
+			Durable: d, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: transport.FlowsSubjectRoot + ".>"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Inventory service: publishes a snapshot with its role's rights.
@@ -370,20 +374,48 @@ func runRoles(t *testing.T, b *bus, durable string) {
 		}
 	}
 
-	// Subscribers read: the ordered one replays, analytics reads its durable.
+	// Subscribers read. Ordered ones in their own slots: two readers of
+	// tap at once (claiming concurrently: each gets a slot of its own,
+	// both replay), and replay's reader, the victim of the attacks below
+	// (idle through them: a long InactiveThreshold keeps its consumer).
 	tap := b.connect(t, "tap", nil)
-	oc, err := tap.js.OrderedConsumer(ctx, transport.FlowsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{transport.FlowsSubjectRoot + ".>"}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		t.Fatalf("tap: ordered consumer: %v", err)
+	readers := make([]*ordered.Reader, 2)
+	opened := make(chan error, len(readers))
+	for i := range readers {
+		readers[i] = newReader(t, tap, "tap", 0)
+		go func() { opened <- readers[i].Open(ctx) }()
 	}
-	for range 2 {
-		if _, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
-			t.Fatalf("tap: reading: %v", err)
+	for range readers {
+		if err := <-opened; err != nil {
+			t.Fatalf("tap: claiming a slot: %v", err)
 		}
 	}
+	if n0, n1 := readers[0].Name(), readers[1].Name(); n0 == n1 || !strings.HasPrefix(n0, "tap-") || !strings.HasPrefix(n1, "tap-") {
+		t.Fatalf("two tap readers in slots %q and %q, want two of tap's own", n0, n1)
+	}
+	for _, r := range readers {
+		if got := readN(t, ctx, r, 2); got != 2 {
+			t.Fatalf("tap reader in %s read %d of 2 batches", r.Name(), got)
+		}
+	}
+	for _, r := range readers {
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rp := b.connect(t, "replay", nil)
+	victim := newReader(t, rp, "replay", 10*time.Minute)
+	if got := readN(t, ctx, victim, 1); got != 1 || victim.Name() != "replay-0" {
+		t.Fatalf("replay: read %d in slot %q, want 1 in replay-0", got, victim.Name())
+	}
+	t.Cleanup(func() { _ = victim.Close() })
+	slotReclaimed(t, ctx, b)
+
+	// analytics creates its durable at start, as the example subscribers
+	// do (here the operator's already exists: the same configuration).
 	an := b.connect(t, "analytics", nil)
-	ac, err := an.js.Consumer(ctx, transport.FlowsStream, "analytics")
+	ac, err := an.js.CreateOrUpdateConsumer(ctx, transport.FlowsStream, jetstream.ConsumerConfig{
+		Durable: "analytics", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: transport.FlowsSubjectRoot + ".>"})
 	if err != nil {
 		t.Fatalf("analytics: its durable: %v", err)
 	}
@@ -402,7 +434,7 @@ func runRoles(t *testing.T, b *bus, durable string) {
 		t.Fatalf("analytics read %d of 2 batches (%v)", read, batch.Error())
 	}
 
-	for _, p := range []party{col, inv, tap, an, ops} {
+	for _, p := range []party{col, inv, tap, rp, an, ops} {
 		if v := p.violations(); v != 0 {
 			t.Fatalf("%s: %v permission violations doing its job", p.cfg.User, v)
 		}
@@ -528,6 +560,45 @@ func runRoles(t *testing.T, b *bus, durable string) {
 			_, err := tap.nc.RequestMsgWithContext(c, m)
 			return err
 		}},
+		{"ordered subscriber deletes another ordered subscriber's consumer", tap, func(c context.Context) error {
+			return tap.js.DeleteConsumer(c, transport.FlowsStream, victim.Name())
+		}},
+		{"ordered subscriber pulls from another ordered subscriber's consumer", tap, func(c context.Context) error {
+			m := nats.NewMsg("$JS.API.CONSUMER.MSG.NEXT." + transport.FlowsStream + "." + victim.Name())
+			m.Data = []byte(`{"batch":1,"expires":1000000000}`)
+			_, err := tap.nc.RequestMsgWithContext(c, m)
+			return err
+		}},
+		{"ordered subscriber updates another ordered subscriber's consumer", tap, func(c context.Context) error {
+			_, err := tap.js.CreateOrUpdateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{Name: victim.Name(), AckPolicy: jetstream.AckNonePolicy,
+				DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: transport.FlowsSubject("nowhere"), MemoryStorage: true})
+			return err
+		}},
+		{"ordered subscriber reads another ordered subscriber's consumer info", tap, func(c context.Context) error {
+			_, err := tap.js.Consumer(c, transport.FlowsStream, victim.Name())
+			return err
+		}},
+		{"ordered subscriber creates a consumer with a name of its choosing", tap, func(c context.Context) error {
+			_, err := tap.js.CreateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{Name: "squat", AckPolicy: jetstream.AckNonePolicy})
+			return err
+		}},
+		{"ordered subscriber creates a consumer beyond its slots", tap, func(c context.Context) error {
+			_, err := tap.js.CreateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{
+				Name: roles.OrderedNames("tap", roles.DefaultOrderedSlots+1)[roles.DefaultOrderedSlots], AckPolicy: jetstream.AckNonePolicy})
+			return err
+		}},
+		{"ordered subscriber pulls from a consumer made by hand", tap, func(c context.Context) error {
+			m := nats.NewMsg("$JS.API.CONSUMER.MSG.NEXT." + transport.FlowsStream + ".backup")
+			m.Data = []byte(`{"batch":1,"expires":1000000000}`)
+			_, err := tap.nc.RequestMsgWithContext(c, m)
+			return err
+		}},
+		{"ordered subscriber deletes a consumer made by hand", tap, func(c context.Context) error {
+			return tap.js.DeleteConsumer(c, transport.FlowsStream, "backup")
+		}},
+		{"durable subscriber deletes its durable", an, func(c context.Context) error {
+			return an.js.DeleteConsumer(c, transport.FlowsStream, "analytics")
+		}},
 		{"durable subscriber updates the collector's durable", an, func(c context.Context) error {
 			_, err := an.js.CreateOrUpdateConsumer(c, transport.FlowsStream, jetstream.ConsumerConfig{
 				Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: transport.FlowsSubject("cmp1")})
@@ -586,6 +657,8 @@ func runRoles(t *testing.T, b *bus, durable string) {
 		{transport.FlowsStream, durable, transport.FlowsSubjectRoot + ".>"},
 		{transport.MetersStream, metersDurable, transport.MetersSubjectRoot + ".>"},
 		{transport.FlowsStream, "analytics", transport.FlowsSubjectRoot + ".>"},
+		{transport.FlowsStream, "backup", transport.FlowsSubjectRoot + ".>"},
+		{transport.FlowsStream, victim.Name(), transport.FlowsSubjectRoot + ".>"},
 	} {
 		ci, err := ops.js.Consumer(ctx, c.stream, c.name)
 		if err != nil {
@@ -594,6 +667,16 @@ func runRoles(t *testing.T, b *bus, durable string) {
 		if f := ci.CachedInfo().Config.FilterSubject; f != c.filter {
 			t.Errorf("consumer %s on %s: filter %q, want %q (changed by a subscriber)", c.name, c.stream, f, c.filter)
 		}
+	}
+	for _, name := range []string{"squat", roles.OrderedNames("tap", roles.DefaultOrderedSlots+1)[roles.DefaultOrderedSlots]} {
+		if _, err := ops.js.Consumer(ctx, transport.FlowsStream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("consumer %s: %v, want not found (created by a subscriber)", name, err)
+		}
+	}
+	// The victim's reader reads on undisturbed: its consumer was neither
+	// deleted nor changed (a reset would have recreated it).
+	if got := readN(t, ctx, victim, 1); got != 1 || victim.Resets() != 0 {
+		t.Errorf("replay's reader after the attacks: read %d of 1, %d resets", got, victim.Resets())
 	}
 	ccfg := consume.DefaultConfig()
 	ccfg.Durable = durable
@@ -648,5 +731,80 @@ func runRoles(t *testing.T, b *bus, durable string) {
 	}
 	if v := inv.violations(); v != 0 {
 		t.Errorf("inventory: %v permission violations doing its job", v)
+	}
+}
+
+// newReader is an ordered reader of user on the flows stream from the
+// start, in user's slots as the doc configures them.
+func newReader(t *testing.T, p party, user string, inactive time.Duration) *ordered.Reader {
+	t.Helper()
+	slots := 0
+	for _, u := range roles.Example().Users {
+		if u.Name == user {
+			slots = u.Slots
+		}
+	}
+	r, err := ordered.New(p.js, ordered.Config{Stream: transport.FlowsStream, FilterSubject: transport.FlowsSubjectRoot + ".>", User: user, Slots: slots,
+		DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: inactive}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// readN reads n messages with r (within 30s) and returns how many came.
+func readN(t *testing.T, ctx context.Context, r *ordered.Reader, n int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got := 0
+	err := r.Run(ctx, func(jetstream.Msg) error {
+		if got++; got == n {
+			return ordered.ErrStop
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ordered reader %s: %v", r.Name(), err)
+	}
+	return got
+}
+
+// slotReclaimed: replay has two slots; with replay-0 held and a second
+// reader in replay-1, a third finds none free at once; once the second's
+// process dies (its connection closed, no Close), the server deletes its
+// consumer after its InactiveThreshold and the third gets replay-1.
+func slotReclaimed(t *testing.T, ctx context.Context, b *bus) {
+	dying := b.connect(t, "replay", nil)
+	second := newReader(t, dying, "replay", 2*time.Second)
+	if err := second.Open(ctx); err != nil || second.Name() != "replay-1" {
+		t.Fatalf("second replay reader: slot %q, %v; want replay-1", second.Name(), err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	rdone := make(chan error, 1)
+	go func() { rdone <- second.Run(rctx, func(jetstream.Msg) error { return nil }) }() // pulling, as a live tap does
+	third := newReader(t, b.connect(t, "replay", nil), "replay", 0)
+	if err := third.Open(ctx); !errors.Is(err, ordered.ErrNoSlot) {
+		t.Fatalf("third replay reader with both slots held: %v, want ErrNoSlot", err)
+	}
+	start := time.Now()
+	dying.nc.Close()
+	rcancel()
+	<-rdone
+	for deadline := start.Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		err := third.Open(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ordered.ErrNoSlot) || time.Now().After(deadline) {
+			t.Fatalf("the dead reader's slot was not freed within 2m: %v", err)
+		}
+	}
+	t.Logf("a dead reader's slot free again %s after its connection closed (InactiveThreshold 2s)", time.Since(start).Round(100*time.Millisecond))
+	if third.Name() != "replay-1" {
+		t.Fatalf("third replay reader got %q, want the freed replay-1", third.Name())
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package roles
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -13,9 +14,6 @@ type ServerConf struct {
 	CertFile, KeyFile, CAFile string
 	StoreDir                  string
 	Users                     []User
-	// CollectorDurables are further collector durables to protect from
-	// subscribers (collectors without a user of their own here).
-	CollectorDurables []string
 }
 
 // PasswordVar is the environment variable the configuration reads u's
@@ -38,16 +36,11 @@ func (c ServerConf) Render() string {
 	}
 	fmt.Fprintf(&b, "jetstream { store_dir: %q }\n", c.StoreDir)
 	b.WriteString("authorization {\n  users: [\n")
-	prot := Protected(c.Users, c.CollectorDurables...)
 	for _, u := range c.Users {
-		p := For(u, prot)
+		p := For(u)
 		fmt.Fprintf(&b, "    # %s\n", describe(u))
 		fmt.Fprintf(&b, "    { user: %s, password: $%s,\n      permissions: {\n", u.Name, PasswordVar(u.Name))
-		fmt.Fprintf(&b, "        publish: { allow: %s", list(p.Publish, 10))
-		if len(p.PublishDeny) > 0 {
-			fmt.Fprintf(&b, "\n                   deny: %s", list(p.PublishDeny, 10))
-		}
-		b.WriteString(" }\n")
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", list(p.Publish, 10))
 		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", list(p.Subscribe, 10))
 		if p.AllowResponses {
 			b.WriteString("        allow_responses: true\n")
@@ -79,9 +72,9 @@ func describe(u User) string {
 		c := CollectorDurables(u.Durable)
 		return "collector, durables " + c[0] + " and " + c[1]
 	case u.Role == Subscriber && u.Ordered && u.Durable != "":
-		return "subscriber: durable " + u.Durable + " and ordered consumers"
+		return "subscriber: durable " + u.Durable + " and ordered consumers " + slots(u)
 	case u.Role == Subscriber && u.Ordered:
-		return "subscriber: ordered consumers (tapflow tap)"
+		return "subscriber: ordered consumers " + slots(u) + " (tapflow tap, transport/ordered)"
 	case u.Role == Subscriber:
 		return "subscriber: durable " + u.Durable
 	case u.Role == Inventory:
@@ -90,9 +83,19 @@ func describe(u User) string {
 	return string(u.Role)
 }
 
+// slots is u's slot names as a range: tap-0 … tap-3.
+func slots(u User) string {
+	n := OrderedNames(u.Name, u.Slots)
+	if len(n) == 1 {
+		return n[0]
+	}
+	return n[0] + " … " + n[len(n)-1]
+}
+
 // Example is the fleet docs/security.md shows: two agents, a collector
 // with the default durable, the inventory service, a subscriber with a
-// pre-created durable, an ordered subscriber and an operator.
+// pre-created durable, two ordered subscribers (the default slots and
+// two) and an operator.
 func Example() ServerConf {
 	return ServerConf{
 		Listen:   "0.0.0.0:4222",
@@ -105,6 +108,7 @@ func Example() ServerConf {
 			{Name: "inventory", Role: Inventory},
 			{Name: "analytics", Role: Subscriber, Durable: "analytics"},
 			{Name: "tap", Role: Subscriber, Ordered: true},
+			{Name: "replay", Role: Subscriber, Ordered: true, Slots: 2},
 			{Name: "ops", Role: Admin},
 		},
 	}
@@ -125,24 +129,27 @@ var rows = []row{
 	{"inventory (`tapflow inventory serve`)", User{Name: "<user>", Role: Inventory},
 		"the snapshot store (`" + InventoryStream + "`: put, purge of a replaced version), the lease (`" + LeaseStream + "`), deltas, current-notes, lookup answers (`allow_responses`)"},
 	{"subscriber with `durable: <durable>`", User{Name: "<user>", Role: Subscriber, Durable: "<durable>"},
-		"reads live (core NATS) and from its pre-created durable; cannot create, change or delete any consumer"},
-	{"subscriber with `ordered: true`", User{Name: "<user>", Role: Subscriber, Ordered: true},
-		"creates, pulls and deletes its own ordered consumers (named in the subject; the nameless create is not allowed); every protected consumer is denied: each collector's durables and each subscriber's durable, whatever `collector.durable` is (`<protected>` stands for each); no acks"},
+		"reads live (core NATS) and from its durable, which it may create or update (as the example subscribers do at start); no other consumer, by any name"},
+	{"subscriber with `ordered: true`", User{Name: "<user>", Role: Subscriber, Ordered: true, Slots: 1},
+		"creates, pulls, deletes and recreates ordered consumers under its own slot names only, `<user>-<i>` for i in 0 … `ordered_slots`-1 (default " + strconv.Itoa(DefaultOrderedSlots) + "; `tapflow tap` takes a free one, [subscribers.md](subscribers.md#ordered-consumers-on-a-secured-server)); no other consumer, by any name, so nothing of the collectors' or another subscriber's whatever `collector.durable` is; the nameless create is not allowed; no acks"},
 	{"admin (operators, `tapflow dlq`)", User{Name: "<user>", Role: Admin}, "everything"},
 }
 
 // Table is the permission table in Markdown, with placeholders for what
-// varies (<node>, <durable>, <user>, <protected>); only limits it to
-// those roles (none: all).
+// varies (<node>, <durable>, <user>, <i>); only limits it to those roles
+// (none: all).
 func Table(only ...Role) string {
 	var b strings.Builder
-	b.WriteString("| role | publishes | publish denied | subscribes | what for |\n|---|---|---|---|---|\n")
+	b.WriteString("| role | publishes | subscribes | what for |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		if len(only) > 0 && !contains(only, r.u.Role) {
 			continue
 		}
-		p := For(r.u, []string{"<protected>"})
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.label, cell(p.Publish), cell(p.PublishDeny), cell(p.Subscribe), r.why)
+		p := For(r.u)
+		for i, s := range p.Publish { // one slot shown as the pattern of all
+			p.Publish[i] = strings.ReplaceAll(s, ".<user>-0", ".<user>-<i>")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.label, cell(p.Publish), cell(p.Subscribe), r.why)
 	}
 	return b.String()
 }

@@ -7,22 +7,26 @@
 // so what the docs prescribe is what the code and the tests use.
 //
 // A role's lists name only what its job needs. NATS matches permissions
-// per subject token, so a consumer's rights can only be pinned by its
-// whole name: a subscriber's pre-created durable is allowed by name, and
-// an ordered subscriber, whose consumers the client names, is refused
-// every consumer the fleet protects (each collector's durables, each
-// subscriber's durable, whatever they are configured to: to create,
-// pull from or delete), and never allowed the nameless create whose name
-// rides in the request body. The docs' nats-server configuration is
-// run by TestRolesOnExternalServer on Debian's nats-server, every
-// forbidden action tried.
+// per subject token and a consumer's name is one token, so every
+// consumer right is granted by whole name, never by wildcard: a
+// collector gets its two durables, a subscriber its durable (create,
+// pull, ack) and, with ordered, a few slot names of its own
+// (OrderedNames: <user>-0 … <user>-N-1) that transport/ordered creates,
+// recreates and deletes. Whatever a user does not own by name it cannot
+// touch, whatever collector.durable or a hand-made consumer is called;
+// Conflicts refuses configurations where two users would own one name.
+// The nameless create, whose name rides in the request body, is never
+// allowed. The docs' nats-server configuration is run by
+// TestRolesOnExternalServer on Debian's nats-server, every forbidden
+// action tried.
 package roles
 
 //go:generate go run ./internal/rolesdoc ../..
 
 import (
 	"encoding/base64"
-	"slices"
+	"fmt"
+	"strconv"
 )
 
 // Role is what a NATS user is for.
@@ -71,18 +75,44 @@ type User struct {
 	// Node is the node an agent publishes for.
 	Node string
 	// Durable is a collector's flows consumer (default tapflow-collector;
-	// its meters consumer is Durable-meters), or the pre-created durable
-	// a subscriber may read and ack.
+	// its meters consumer is Durable-meters), or the durable a subscriber
+	// may create (or update), read and ack.
 	Durable string
 	// Ordered lets a subscriber create ephemeral ordered consumers
-	// (tapflow tap, replays from a point in time).
+	// (tapflow tap, replays from a point in time) under its slot names.
 	Ordered bool
+	// Slots is how many ordered consumers it may hold at once (0:
+	// DefaultOrderedSlots): one per running tap or replay.
+	Slots int
 }
 
-// Permissions is what one user may do. Deny wins over allow.
+// DefaultOrderedSlots is how many ordered consumers an ordered subscriber
+// holds at once unless configured (nats.server.users[].ordered_slots).
+const DefaultOrderedSlots = 4
+
+// MaxOrderedSlots bounds ordered_slots: each slot is 5 permissions per
+// stream in the user's lists.
+const MaxOrderedSlots = 64
+
+// OrderedNames are the consumer names an ordered subscriber named user
+// with slots slots (0: DefaultOrderedSlots) may create, pull from and
+// delete: user-0 … user-(slots-1), the same on each stream.
+func OrderedNames(user string, slots int) []string {
+	if slots <= 0 {
+		slots = DefaultOrderedSlots
+	}
+	n := make([]string, slots)
+	for i := range n {
+		n[i] = user + "-" + strconv.Itoa(i)
+	}
+	return n
+}
+
+// Permissions is what one user may do: allow lists only, nothing is
+// granted by a wildcard over consumer names and then denied back.
 type Permissions struct {
-	Publish, PublishDeny []string
-	Subscribe            []string
+	Publish   []string
+	Subscribe []string
 	// AllowResponses lets the user answer requests on whatever reply
 	// subject they carry, once each (the inventory service's lookups).
 	AllowResponses bool
@@ -97,33 +127,8 @@ func CollectorDurables(durable string) [2]string {
 	return [2]string{durable, durable + MetersDurableSuffix}
 }
 
-// Protected lists the consumers no subscriber may create, update, delete,
-// pull from or ack on unless it is its own: the default collector's
-// durables, those of every collector in users and of every extra
-// collector durable (the embedded server's own collector.durable), and
-// every subscriber's durable. Sorted, without duplicates.
-func Protected(users []User, extra ...string) []string {
-	var p []string
-	add := func(d string) { c := CollectorDurables(d); p = append(p, c[0], c[1]) }
-	add("")
-	for _, d := range extra {
-		add(d)
-	}
-	for _, u := range users {
-		switch {
-		case u.Role == Collector:
-			add(u.Durable)
-		case u.Role == Subscriber && u.Durable != "":
-			p = append(p, u.Durable)
-		}
-	}
-	slices.Sort(p)
-	return slices.Compact(p)
-}
-
-// For is u's permissions; protected is Protected of the whole user list
-// (what an ordered subscriber is refused).
-func For(u User, protected []string) Permissions {
+// For is u's permissions.
+func For(u User) Permissions {
 	inbox := "_INBOX." + u.Name + ".>"
 	info := func(streams ...string) []string {
 		s := []string{"$JS.API.INFO"}
@@ -131,6 +136,12 @@ func For(u User, protected []string) Permissions {
 			s = append(s, "$JS.API.STREAM.INFO."+st)
 		}
 		return s
+	}
+	// create is the named create (the name in the subject, with or
+	// without a filter after it); the nameless create carries the name
+	// in its body, where no permission looks, and is never allowed.
+	create := func(stream, consumer string) []string {
+		return []string{"$JS.API.CONSUMER.CREATE." + stream + "." + consumer, "$JS.API.CONSUMER.CREATE." + stream + "." + consumer + ".>"}
 	}
 	use := func(stream, consumer string) []string {
 		return []string{
@@ -160,8 +171,8 @@ func For(u User, protected []string) Permissions {
 		}
 		c := CollectorDurables(u.Durable)
 		for _, sc := range [][2]string{{FlowsStream, c[0]}, {MetersStream, c[1]}} {
-			p = append(p, "$JS.API.CONSUMER.CREATE."+sc[0]+"."+sc[1], "$JS.API.CONSUMER.CREATE."+sc[0]+"."+sc[1]+".>",
-				"$JS.API.CONSUMER.DURABLE.CREATE."+sc[0]+"."+sc[1])
+			p = append(p, create(sc[0], sc[1])...)
+			p = append(p, "$JS.API.CONSUMER.DURABLE.CREATE."+sc[0]+"."+sc[1])
 			p = append(p, use(sc[0], sc[1])...)
 		}
 		// Dead letters go to tapflow.dlq.<flows|meters>.<node>; the
@@ -182,56 +193,87 @@ func For(u User, protected []string) Permissions {
 			InventoryDelta, InventoryCurrent)
 		return Permissions{Publish: p, Subscribe: []string{inbox, InventoryLookup}, AllowResponses: true}
 	case Subscriber:
+		// Its own consumers only, each by name: the durable (created or
+		// updated as the example subscribers do at start, pulled, acked)
+		// and, ordered, its slots (created, pulled, deleted and
+		// recreated under the same name by transport/ordered; AckNone,
+		// so no acks). A create under a name updates that consumer and a
+		// pull takes its messages, so no other name is allowed.
 		p := info(FlowsStream, MetersStream)
-		if u.Durable != "" {
-			p = append(p, use(FlowsStream, u.Durable)...)
-			p = append(p, use(MetersStream, u.Durable)...)
-		}
-		var deny []string
-		if u.Ordered {
-			// The client names ordered consumers (and deletes each one it
-			// replaces), so the allow list cannot pin the name: every
-			// protected consumer is denied (a create under an existing
-			// name updates it, a pull takes its messages, a delete stops
-			// its reader), its own durable aside. Acks are never allowed:
-			// ordered consumers do not ack.
-			// Only the named create is allowed: the nameless one takes
-			// the name from the request body, where no permission looks.
-			for _, st := range []string{FlowsStream, MetersStream} {
-				p = append(p, "$JS.API.CONSUMER.CREATE."+st+".*", "$JS.API.CONSUMER.CREATE."+st+".*.>",
-					"$JS.API.CONSUMER.INFO."+st+".*", "$JS.API.CONSUMER.MSG.NEXT."+st+".*", "$JS.API.CONSUMER.DELETE."+st+".*")
+		for _, st := range []string{FlowsStream, MetersStream} {
+			if u.Durable != "" {
+				p = append(p, create(st, u.Durable)...)
+				p = append(p, use(st, u.Durable)...)
 			}
-			for _, c := range protected {
-				if c == u.Durable {
-					continue
-				}
-				for _, st := range []string{FlowsStream, MetersStream} {
-					deny = append(deny, "$JS.API.CONSUMER.CREATE."+st+"."+c, "$JS.API.CONSUMER.CREATE."+st+"."+c+".>",
-						"$JS.API.CONSUMER.MSG.NEXT."+st+"."+c, "$JS.API.CONSUMER.DELETE."+st+"."+c)
+			if u.Ordered {
+				for _, c := range OrderedNames(u.Name, u.Slots) {
+					p = append(p, create(st, c)...)
+					p = append(p, "$JS.API.CONSUMER.INFO."+st+"."+c, "$JS.API.CONSUMER.MSG.NEXT."+st+"."+c, "$JS.API.CONSUMER.DELETE."+st+"."+c)
 				}
 			}
 		}
-		return Permissions{Publish: p, PublishDeny: deny, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}
+		return Permissions{Publish: p, Subscribe: []string{inbox, FlowsSubjectRoot + ".>", MetersSubjectRoot + ".>"}}
 	}
 	return Permissions{Publish: []string{">"}, Subscribe: []string{">"}} // admin
 }
 
-// CollectorConsumer reports whether consumer is a collector's durable
-// (flows or meters) among users and the extra collector durables.
-func CollectorConsumer(consumer string, users []User, extra ...string) bool {
-	is := func(d string) bool { c := CollectorDurables(d); return consumer == c[0] || consumer == c[1] }
-	if is("") {
-		return true
+// Conflict is a consumer name two users would both own: either could
+// update, pull from or delete the other's consumer.
+type Conflict struct {
+	// User is the index in users of the later owner.
+	User int
+	Name string
+	// Problem names both owners.
+	Problem string
+}
+
+// Conflicts lists the consumer names owned twice among users and extra,
+// the durables of collectors without a user there (the embedded
+// server's own collector.durable); the default collector's durables are
+// always owned. Collectors may share durables (they split one stream's
+// work); no other name may be shared, not even between a user's durable
+// and its own slots (the ordered reader deletes what is in its slot).
+func Conflicts(users []User, extra ...string) []Conflict {
+	type owner struct {
+		user      int // -1: a collector durable without a user
+		what      string
+		collector bool
 	}
+	owners := map[string]owner{}
+	var out []Conflict
+	own := func(name string, o owner) {
+		prev, ok := owners[name]
+		switch {
+		case !ok:
+			owners[name] = o
+		case prev.collector && o.collector:
+		default:
+			out = append(out, Conflict{User: o.user, Name: name, Problem: fmt.Sprintf("%q is both %s and %s", name, prev.what, o.what)})
+		}
+	}
+	collector := func(i int, who, durable string) {
+		c := CollectorDurables(durable)
+		own(c[0], owner{i, who + " flows durable", true})
+		own(c[1], owner{i, who + " meters durable", true})
+	}
+	collector(-1, "the default collector's", "")
 	for _, d := range extra {
-		if is(d) {
-			return true
+		collector(-1, "collector.durable's", d)
+	}
+	for i, u := range users {
+		switch {
+		case u.Role == Collector:
+			collector(i, "collector "+u.Name+"'s", u.Durable)
+		case u.Role == Subscriber:
+			if u.Durable != "" {
+				own(u.Durable, owner{user: i, what: "subscriber " + u.Name + "'s durable"})
+			}
+			if u.Ordered {
+				for _, c := range OrderedNames(u.Name, u.Slots) {
+					own(c, owner{user: i, what: "ordered subscriber " + u.Name + "'s slot"})
+				}
+			}
 		}
 	}
-	for _, u := range users {
-		if u.Role == Collector && is(u.Durable) {
-			return true
-		}
-	}
-	return false
+	return out
 }

@@ -103,24 +103,7 @@ func TestPublishAuditedHours(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(p.Collectors()...)
-	metric := func(name string) float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == name {
-				m := mf.GetMetric()[0]
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("no metric %s", name)
-		return 0
-	}
+	metric := func(name string) float64 { return metricValue(t, reg, name) }
 	// At 0 from the start.
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != len(p.Collectors()) {
 		t.Fatalf("%d metrics before the first pass (%v), want %d", n, err, len(p.Collectors()))
@@ -215,6 +198,26 @@ func TestPublishAuditedHours(t *testing.T) {
 	}
 }
 
+// metricValue is the value of the one series of a counter or gauge.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
 func hs(h time.Time) string { return h.Format("15Z") }
 
 func actions(outs []usage.Outcome) string {
@@ -292,4 +295,79 @@ func checkAbsent(ctx context.Context, t *testing.T, prom *promserver.Server, h t
 	if len(res) != 0 {
 		t.Errorf("hour %s (held back) has samples: %v", hs(h), res)
 	}
+}
+
+// lostAnswer forwards writes to the receiver and, while lose is set,
+// reports them failed anyway: the answer lost on the way back (a timeout,
+// a crash right after the write).
+type lostAnswer struct {
+	w    usage.Writer
+	lose bool
+}
+
+func (l *lostAnswer) Write(ctx context.Context, s []promwrite.Series) error {
+	if err := l.w.Write(ctx, s); err != nil {
+		return err
+	}
+	if l.lose {
+		return fmt.Errorf("answer lost")
+	}
+	return nil
+}
+
+// TestPendingWriteResent: a revision written whose answer was lost stays
+// pending and is re-sent unchanged at the next pass, even when a late file
+// changed the hour meanwhile (the change becomes the next revision), so
+// Prometheus ends up with the exact total, not twice the first one, and
+// the failure is counted.
+func TestPendingWriteResent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	prom := promserver.Start(t)
+	dir := t.TempDir()
+	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	data := billingdata.Generate(billingdata.Spec{Start: h.Add(5 * time.Minute), Span: 50 * time.Minute})
+	if err := billingdata.Write(ctx, dir, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := dataset.Open(ctx, dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := promwrite.New(promwrite.Config{URL: prom.WriteURL(), Timeout: promwrite.DefaultConfig().Timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &lostAnswer{w: c, lose: true}
+	d := config.Default().Billing.Usage
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: filepath.Join(dir, "billing"), Settle: 15 * time.Minute, Lookback: d.Lookback.D()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(p.Collectors()...)
+
+	if _, err := p.Pass(ctx); err == nil || !strings.Contains(err.Error(), "answer lost") {
+		t.Fatalf("pass with the answer lost: %v", err)
+	}
+	states, err := p.Status()
+	if err != nil || len(states) != 1 || states[0].Pending == nil || states[0].Pending.Revision != 0 {
+		t.Fatalf("state after the lost answer: %+v, %v; want revision 0 pending", states, err)
+	}
+	if n := metricValue(t, reg, "tapflow_billing_publish_errors_total"); n != 1 {
+		t.Errorf("publish errors %v, want 1", n)
+	}
+	late := billingdata.Generate(billingdata.Spec{Start: h.Add(30 * time.Minute), Span: 5 * time.Minute, Nodes: 1, First: 5, Seed: 3})
+	if err := billingdata.Write(ctx, dir, late, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.lose = false
+	outs, err := p.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 1 || outs[0].Action != usage.ActCorrected || outs[0].Revision != 1 {
+		t.Fatalf("pass after: %s (revision %d); want %s corrected at revision 1", actions(outs), outs[0].Revision, hs(h))
+	}
+	checkHour(ctx, t, prom, h, billingdata.Expected(append(slices.Clone(data.Flows), late.Flows...), h))
 }

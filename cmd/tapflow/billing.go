@@ -102,10 +102,11 @@ func newBillingRunCmd() *cobra.Command {
 	var (
 		cf       cfgFlags
 		duration time.Duration
+		once     bool
 	)
 	cf.required = true
 	cmd := &cobra.Command{
-		Use:   "run --config FILE [flags]",
+		Use:   "run --config FILE [--once] [flags]",
 		Short: "publish every closed, audited hour, then again every billing.interval (the service)",
 		Long: `Run the billing loop (systemd: tapflow-billing.service): a pass now and one
 every billing.interval over the hours that closed within billing.lookback.
@@ -115,9 +116,14 @@ differences), retries held-back hours and failed writes, and skips
 everything else. Metrics on metrics.listen (--metrics-listen):
 tapflow_billing_* (docs/operations.md). SIGINT/SIGTERM stop it between
 hours; the state (billing.state_dir) makes a restart pick up where it
-stopped.`,
-		Example: `  tapflow billing run --config /etc/tapflow/tapflow.yaml --metrics-listen 127.0.0.1:9467`,
-		Args:    noArgs,
+stopped.
+
+With --once: one pass, what it did printed, then exit (a systemd timer or
+cron instead of the service; no metrics): 0 when the pass succeeded and
+held nothing back, 1 when it failed or held an hour back.`,
+		Example: `  tapflow billing run --config /etc/tapflow/tapflow.yaml --metrics-listen 127.0.0.1:9467
+  tapflow billing run --config /etc/tapflow/tapflow.yaml --once`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			holdHangups()
 			ctx, _, log, stop, err := cf.loadRun(cmd, duration)
@@ -130,6 +136,9 @@ stopped.`,
 				return err
 			}
 			defer closeFn()
+			if once {
+				return billingOnce(ctx, cmd.OutOrStdout(), p)
+			}
 			reg := obs.NewRegistry()
 			reg.MustRegister(p.Collectors()...)
 			if cfg.Metrics.Listen != "" {
@@ -153,7 +162,28 @@ stopped.`,
 	cf.bindConfig(fs, "read the config from `FILE` (billing.*, collector.output and collector.s3; docs/config.md)")
 	cf.bindObs(fs, true)
 	fs.DurationVar(&duration, "duration", 0, "stop after this long (e.g. 1m; 0 = until SIGINT/SIGTERM)")
+	fs.BoolVar(&once, "once", false, "run one pass, print what it did and exit (1 if it failed or held an hour back)")
 	return cmd
+}
+
+// billingOnce is run --once.
+func billingOnce(ctx context.Context, w io.Writer, p *usage.Publisher) error {
+	outs, err := p.Pass(ctx)
+	held := false
+	for _, o := range outs {
+		printOutcome(w, o)
+		held = held || o.Action == usage.ActHeld
+	}
+	if len(outs) == 0 && err == nil {
+		fmt.Fprintln(w, "nothing to do: every closed hour is published and unchanged")
+	}
+	if err != nil {
+		return err
+	}
+	if held {
+		return exitCode(exitRuntime)
+	}
+	return nil
 }
 
 func newBillingPublishCmd() *cobra.Command {

@@ -61,7 +61,8 @@ func TestBillingCLI(t *testing.T) {
 		{"held", []string{"publish", "--hour", hour(h.Add(time.Hour))}, exitRuntime, []string{" held (revision -1", "MISMATCH node cmp1 tap tap101-aa tx hour " + h.Add(time.Hour).Format("2006-01-02T15Z")}},
 		{"open", []string{"publish", "--hour", hour(time.Now().UTC().Truncate(time.Hour))}, exitUsage, []string{"is not closed until", "--force"}},
 		{"not an hour", []string{"publish", "--hour", h.Format("2006-01-02T15:04") + ":30"}, exitUsage, []string{"not the start of an hour"}},
-		{"status", []string{"status"}, exitOK, []string{h.Format("2006-01-02T15Z") + "  published  0 ", h.Add(time.Hour).Format("2006-01-02T15Z") + "  held "}},
+		{"run once", []string{"run", "--once", "--log-level", "error"}, exitRuntime, []string{hour(h.Add(-time.Hour)) + "Z: published (revision 0", hour(h.Add(time.Hour)) + "Z: held"}},
+		{"status", []string{"status"}, exitOK, []string{h.Format("2006-01-02T15Z") + "  published  0 ", h.Add(time.Hour).Format("2006-01-02T15Z") + "  held ", h.Add(-time.Hour).Format("2006-01-02T15Z") + "  published  0 "}},
 	}
 	for _, st := range steps {
 		code, out, errs := runTapflow(t, append(append([]string{"billing"}, st.args...), "--config", cfg)...)

@@ -2,6 +2,8 @@ package promwrite_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,86 @@ func TestWriteErrors(t *testing.T) {
 			err = c.Write(ctx, s)
 			if err == nil || promwrite.IsRetryable(err) != tc.retry || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v (retryable %v), want one containing %q, retryable %v", err, promwrite.IsRetryable(err), tc.want, tc.retry)
+			}
+		})
+	}
+}
+
+// Test credentials of the Prometheus started with basic auth; Hash is
+// bcrypt(Password), cost 10, as Prometheus' web config stores it.
+const (
+	authUser     = "tapflow"
+	authPassword = "tapflow-test-password"
+	authHash     = "$2a$10$EkaSYtZOW6c0BGODLbtz0Od1bGEm9u7HzH3Pdlg77ICKH5hkpUl5K"
+)
+
+// TestWriteBasicAuth: against a Prometheus requiring basic auth
+// (--web.config.file), the password from password_file or
+// TAPFLOW_PROMETHEUS_PASSWORD is accepted; a wrong one is refused (401,
+// not retryable, a hint) without the password in the error; a password
+// file other users can read and credentials in the URL are refused by
+// Validate, naming the fix.
+func TestWriteBasicAuth(t *testing.T) {
+	var opts promserver.Options
+	opts.BasicAuth.User, opts.BasicAuth.Password, opts.BasicAuth.Hash = authUser, authPassword, authHash
+	prom := promserver.StartWith(t, opts)
+	dir := t.TempDir()
+	file := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good", authPassword, 0o600)
+	wrong := file("wrong", "not-the-password", 0o600)
+	open := file("open", authPassword, 0o644)
+	s := []promwrite.Series{promwrite.NewSeries("auth_test", nil, promwrite.Sample{Value: 1, TimestampMs: time.Now().UnixMilli()})}
+	timeout := units.Duration(10 * time.Second)
+	tests := []struct {
+		name    string
+		cfg     promwrite.Config
+		env     string
+		invalid string // Validate's error
+		refused string // Write's error
+	}{
+		{name: "password_file", cfg: promwrite.Config{Username: authUser, PasswordFile: good}},
+		{name: "environment", cfg: promwrite.Config{Username: authUser}, env: authPassword},
+		{name: "wrong password", cfg: promwrite.Config{Username: authUser, PasswordFile: wrong}, refused: "HTTP 401"},
+		{name: "no credentials", refused: "HTTP 401"},
+		{name: "world-readable file", cfg: promwrite.Config{Username: authUser, PasswordFile: open}, invalid: "readable by every user"},
+		{name: "user without password", cfg: promwrite.Config{Username: authUser}, invalid: promwrite.PasswordEnv},
+		{name: "credentials in the URL", cfg: promwrite.Config{URL: strings.Replace(prom.WriteURL(), "http://", "http://"+authUser+":"+authPassword+"@", 1)}, invalid: "remove user:password@"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(promwrite.PasswordEnv, tc.env)
+			cfg := tc.cfg
+			if cfg.URL == "" {
+				cfg.URL = prom.WriteURL()
+			}
+			cfg.Timeout = timeout
+			c, err := promwrite.New(cfg)
+			if tc.invalid != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.invalid) || strings.Contains(err.Error(), authPassword) {
+					t.Fatalf("New: %v; want an error naming %q, without the password", err, tc.invalid)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			err = c.Write(context.Background(), s)
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Fatalf("Write: %v", err)
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused) || promwrite.IsRetryable(err) ||
+				!strings.Contains(err.Error(), "password_file") || strings.Contains(err.Error(), "not-the-password")):
+				t.Fatalf("Write: %v; want a non-retryable %s naming password_file, without the password", err, tc.refused)
 			}
 		})
 	}

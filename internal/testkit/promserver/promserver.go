@@ -33,7 +33,20 @@ type Server struct {
 	URL string
 	// Log is its output file.
 	Log string
+
+	user, pass string // basic auth of Query and the readiness probe
 }
+
+// Options change what Start runs.
+type Options struct {
+	// BasicAuth requires HTTP basic auth on every endpoint (Prometheus'
+	// --web.config.file basic_auth_users): user, password and the
+	// password's bcrypt hash (Prometheus stores only the hash).
+	BasicAuth struct{ User, Password, Hash string }
+}
+
+// Start runs prometheus until the test ends.
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
 
 // WriteURL is the remote-write endpoint.
 func (s *Server) WriteURL() string { return s.URL + "/api/v1/write" }
@@ -47,8 +60,8 @@ storage:
     out_of_order_time_window: ` + OutOfOrderWindow + `
 `
 
-// Start runs prometheus until the test ends.
-func Start(t testing.TB) *Server {
+// StartWith runs prometheus with opts until the test ends.
+func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin := prereq.Command(t, "prometheus", "make deps (deploy/scripts/deps.sh) installs Debian's prometheus package")
 	dir := t.TempDir()
@@ -56,19 +69,26 @@ func Start(t testing.TB) *Server {
 	if err := os.WriteFile(cfg, []byte(Config), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	args := []string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.enable-remote-write-receiver", "--log.level=warn"}
+	if a := opts.BasicAuth; a.User != "" {
+		web := filepath.Join(dir, "web.yml")
+		if err := os.WriteFile(web, []byte("basic_auth_users:\n  "+a.User+": "+a.Hash+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--web.config.file="+web)
+	}
 	var lastErr error
 	for range 3 { // a free port can be taken between the probe and the bind
 		addr, err := freePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &Server{URL: "http://" + addr, Log: filepath.Join(dir, "prometheus.log")}
+		s := &Server{URL: "http://" + addr, Log: filepath.Join(dir, "prometheus.log"), user: opts.BasicAuth.User, pass: opts.BasicAuth.Password}
 		logf, err := os.Create(s.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-			"--web.listen-address="+addr, "--web.enable-remote-write-receiver", "--log.level=warn")
+		cmd := exec.Command(bin, append(args, "--web.listen-address="+addr)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start prometheus: %v", err)
@@ -116,7 +136,7 @@ func (s *Server) waitReady(exited chan error, within time.Duration) error {
 			return fmt.Errorf("exited: %v", err)
 		default:
 		}
-		resp, err := http.Get(s.URL + "/-/ready")
+		resp, err := s.get(context.Background(), s.URL+"/-/ready")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -137,11 +157,7 @@ type Sample struct {
 // Query evaluates an instant query at t.
 func (s *Server) Query(ctx context.Context, q string, at time.Time) ([]Sample, error) {
 	u := s.URL + "/api/v1/query?" + url.Values{"query": {q}, "time": {strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64)}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.get(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -180,4 +196,15 @@ func (s *Server) Query(ctx context.Context, q string, at time.Time) ([]Sample, e
 		out = append(out, Sample{Metric: e.Metric, Value: v})
 	}
 	return out, nil
+}
+
+func (s *Server) get(ctx context.Context, u string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if s.user != "" {
+		req.SetBasicAuth(s.user, s.pass)
+	}
+	return http.DefaultClient.Do(req)
 }

@@ -2,6 +2,7 @@ package usage
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tapflow/tapflow/internal/fsx"
@@ -170,8 +172,9 @@ func (s *stateStore) save(st *HourState) error {
 	return nil
 }
 
-// all returns every hour's state, oldest first.
-func (s *stateStore) all() ([]*HourState, error) {
+// all returns the state of every hour at or after since (zero: all),
+// oldest first; older files are not read.
+func (s *stateStore) all(since time.Time) ([]*HourState, error) {
 	es, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
@@ -183,7 +186,7 @@ func (s *stateStore) all() ([]*HourState, error) {
 			continue
 		}
 		h, err := time.Parse(hourLayout, name)
-		if err != nil {
+		if err != nil || h.Before(since) {
 			continue
 		}
 		st, err := s.load(h)
@@ -193,4 +196,30 @@ func (s *stateStore) all() ([]*HourState, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// lock takes the state directory's lock file (flock): one process at a
+// time processes hours, so a `tapflow billing publish` next to the service
+// can never write a revision the other is writing too. It waits for ctx.
+func (s *stateStore) lock(ctx context.Context) (unlock func(), err error) {
+	f, err := fsx.OpenFile(filepath.Join(s.dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600, fsx.NoGroup)
+	if err != nil {
+		return nil, fmt.Errorf("state lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("state lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("state lock %s: another tapflow billing is processing hours: %w", f.Name(), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -195,10 +195,17 @@ func (p *Publisher) Closed(h time.Time) bool {
 
 // Pass processes, oldest first, every closed hour inside the lookback
 // whose files changed since it was last processed, that is held, or has a
-// pending write or correction. It returns what it did; an error stops the
-// pass (the rest waits for the next one).
+// pending write or correction. It returns what it did; an hour that fails
+// (a refused write) is left for the next pass and the others go on; the
+// error names every hour that failed.
 func (p *Publisher) Pass(ctx context.Context) ([]Outcome, error) {
 	p.m.passes.Inc()
+	unlock, err := p.state.lock(ctx)
+	if err != nil {
+		p.m.passErrors.Inc()
+		return nil, err
+	}
+	defer unlock()
 	outs, err := p.pass(ctx)
 	if err != nil {
 		p.m.passErrors.Inc()
@@ -214,12 +221,12 @@ func (p *Publisher) pass(ctx context.Context) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	states, err := p.state.all()
+	now := p.now()
+	oldest := now.Add(-p.opts.Lookback)
+	states, err := p.state.all(oldest.Add(-time.Hour))
 	if err != nil {
 		return nil, err
 	}
-	now := p.now()
-	oldest := now.Add(-p.opts.Lookback)
 	todo := map[time.Time]bool{}
 	for h := range prints {
 		todo[h] = true
@@ -237,22 +244,33 @@ func (p *Publisher) pass(ctx context.Context) ([]Outcome, error) {
 	}
 	slices.SortFunc(hours, func(a, b time.Time) int { return a.Compare(b) })
 	var outs []Outcome
+	var errs []error
 	for _, h := range hours {
+		if ctx.Err() != nil {
+			return outs, errors.Join(append(errs, ctx.Err())...)
+		}
 		o, err := p.process(ctx, h, prints[h])
 		if err != nil {
-			return outs, err
+			p.log.Error("hour not processed; retried at the next pass", "hour", h.Format(hourLayout), "err", err)
+			errs = append(errs, err)
+			continue
 		}
 		if o.Action != ActUnchanged {
 			outs = append(outs, o)
 		}
 	}
-	return outs, nil
+	return outs, errors.Join(errs...)
 }
 
 // Hour processes one hour, closed or not (the caller checks Closed), as
 // a pass would: publishing it, correcting it or holding it back.
 func (p *Publisher) Hour(ctx context.Context, h time.Time) (Outcome, error) {
 	h = h.UTC().Truncate(time.Hour)
+	unlock, err := p.state.lock(ctx)
+	if err != nil {
+		return Outcome{Hour: h}, err
+	}
+	defer unlock()
 	prints, err := p.fingerprints(ctx)
 	if err != nil {
 		return Outcome{Hour: h}, err
@@ -265,7 +283,7 @@ func (p *Publisher) Hour(ctx context.Context, h time.Time) (Outcome, error) {
 }
 
 // Status returns every hour's state, oldest first.
-func (p *Publisher) Status() ([]*HourState, error) { return p.state.all() }
+func (p *Publisher) Status() ([]*HourState, error) { return p.state.all(time.Time{}) }
 
 // fingerprints hashes, per hour, the names and sizes of its committed flow
 // and meter files (committed files are never rewritten: a new name is a
@@ -469,11 +487,11 @@ func (p *Publisher) reprocess(ctx context.Context, st *HourState) error {
 }
 
 func (p *Publisher) updateGauges() error {
-	states, err := p.state.all()
+	oldest := p.now().Add(-p.opts.Lookback)
+	states, err := p.state.all(oldest.Add(-time.Hour))
 	if err != nil {
 		return err
 	}
-	oldest := p.now().Add(-p.opts.Lookback)
 	held := 0
 	var last time.Time
 	for _, st := range states {

@@ -48,6 +48,12 @@ func newBillingCmd() *cobra.Command {
 	return group(cmd, newBillingRunCmd(), newBillingPublishCmd(), newBillingStatusCmd())
 }
 
+// billingCorrector, when set (by the file of the rating side's client, in
+// its init), builds the hook told about corrections of published hours
+// (CloudKitty: a reprocess of the hour for those projects). nil: nobody
+// is told; the corrected totals are in Prometheus for the next rating.
+var billingCorrector func(cfg config.Config) (usage.Corrector, error)
+
 // billingSetup loads the config and builds the publisher (and its writer
 // when publishing).
 func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Logger) (*usage.Publisher, config.Config, func(), error) {
@@ -76,7 +82,14 @@ func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Log
 		closeFn()
 		return nil, cfg, nil, usageErr("billing.data %s: %v", u.Data, err)
 	}
-	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Logger: log})
+	var corr usage.Corrector
+	if publish && billingCorrector != nil {
+		if corr, err = billingCorrector(cfg); err != nil {
+			closeFn()
+			return nil, cfg, nil, usageErr("%v", err)
+		}
+	}
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, Logger: log})
 	if err != nil {
 		closeFn()
 		return nil, cfg, nil, usageErr("%v", err)

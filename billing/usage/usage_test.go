@@ -371,3 +371,55 @@ func TestPendingWriteResent(t *testing.T) {
 	}
 	checkHour(ctx, t, prom, h, billingdata.Expected(append(slices.Clone(data.Flows), late.Flows...), h))
 }
+
+// TestRunLoop: Run passes at once and then every interval: an hour whose
+// file arrives while it runs is published by a later pass; it returns nil
+// when its context ends.
+func TestRunLoop(t *testing.T) {
+	prom := promserver.Start(t)
+	dir := t.TempDir()
+	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	out, err := dataset.Open(context.Background(), dir, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := promwrite.New(promwrite.Config{URL: prom.WriteURL(), Timeout: promwrite.DefaultConfig().Timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := usage.New(usage.Options{Output: out, Writer: c, StateDir: filepath.Join(dir, "billing"), Settle: 15 * time.Minute, Lookback: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, 200*time.Millisecond) }()
+	data := billingdata.Generate(billingdata.Spec{Start: h.Add(5 * time.Minute), Span: 50 * time.Minute})
+	if err := billingdata.Write(context.Background(), dir, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, err := p.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) == 1 && st[0].Status == usage.Published {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hour not published within 2m: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after its context ended")
+	}
+	checkHour(context.Background(), t, prom, h, billingdata.Expected(data.Flows, h))
+}

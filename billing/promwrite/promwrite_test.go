@@ -30,6 +30,12 @@ func TestWriteToPrometheus(t *testing.T) {
 	defer c.Close()
 	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
 	end := h.Add(time.Hour).UnixMilli()
+	// A live sample first, as a Prometheus scraping anything has: the
+	// head's newest time is now, so the hour's samples (and the series
+	// they create) are out of order, as in production.
+	if err := c.Write(ctx, []promwrite.Series{promwrite.NewSeries("scraped_now", nil, promwrite.Sample{Value: 1, TimestampMs: time.Now().UnixMilli()})}); err != nil {
+		t.Fatal(err)
+	}
 	lbl := func(p string) []promwrite.Label {
 		return []promwrite.Label{{Name: "project_id", Value: p}, {Name: "zone", Value: "external"}}
 	}

@@ -96,6 +96,11 @@ func TestPublishAuditedHours(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	// A live sample first, as in a Prometheus that scrapes: the hours
+	// published below are then out of order, as in production.
+	if err := w.Write(ctx, []promwrite.Series{promwrite.NewSeries("scraped_now", nil, promwrite.Sample{Value: 1, TimestampMs: time.Now().UnixMilli()})}); err != nil {
+		t.Fatal(err)
+	}
 	corr := &corrections{}
 	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr})
 	if err != nil {
@@ -122,7 +127,7 @@ func TestPublishAuditedHours(t *testing.T) {
 	if len(held.Findings) == 0 || !strings.Contains(strings.Join(held.Findings, "\n"), "node cmp2 tap tap201-aa rx hour "+h.Add(time.Hour).Format("2006-01-02T15Z")) {
 		t.Fatalf("held hour's findings do not name the tap and hour:\n%s", strings.Join(held.Findings, "\n"))
 	}
-	checkHour(ctx, t, prom, h, billingdata.Expected(kept, h))
+	checkHourTable(ctx, t, prom, h, billingdata.Expected(kept, h), true)
 	checkHour(ctx, t, prom, h.Add(-time.Hour), billingdata.Expected(kept, h.Add(-time.Hour)))
 	checkAbsent(ctx, t, prom, h.Add(time.Hour))
 	for name, want := range map[string]float64{
@@ -175,6 +180,7 @@ func TestPublishAuditedHours(t *testing.T) {
 			keysA++
 		}
 	}
+	checkHourTable(ctx, t, prom, h, billingdata.Expected(all, h), true)
 	if outs[0].Revision != 1 || outs[0].Series != 2*keysA {
 		t.Errorf("correction: revision %d, %d series; want revision 1 and the %d series of project A's %d keys only", outs[0].Revision, outs[0].Series, 2*keysA, keysA)
 	}
@@ -234,6 +240,12 @@ func actions(outs []usage.Outcome) string {
 // byte.
 func checkHour(ctx context.Context, t *testing.T, prom *promserver.Server, h time.Time, want usage.Totals) {
 	t.Helper()
+	checkHourTable(ctx, t, prom, h, want, false)
+}
+
+// checkHourTable is checkHour, logging every key's figures when table.
+func checkHourTable(ctx context.Context, t *testing.T, prom *promserver.Server, h time.Time, want usage.Totals, table bool) {
+	t.Helper()
 	if len(want) < 10 {
 		t.Fatalf("hour %s: only %d keys expected; the data is too thin", hs(h), len(want))
 	}
@@ -267,6 +279,9 @@ func checkHour(ctx context.Context, t *testing.T, prom *promserver.Server, h tim
 			}
 		}
 		for k, w := range keys {
+			if table {
+				t.Logf("  %s %-8s %-34s records %9.0f B %6.0f pkts   PromQL %9.0f B %6.0f pkts", hs(h), project[:8], k, w.bytes, w.packets, got[k].bytes, got[k].packets)
+			}
 			if got[k] != w {
 				t.Errorf("hour %s project %s %s: Prometheus %.0f bytes %.0f packets, records %.0f bytes %.0f packets", hs(h), project, k, got[k].bytes, got[k].packets, w.bytes, w.packets)
 			}

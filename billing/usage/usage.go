@@ -352,8 +352,12 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 		}
 		return p.hold(out, st, print, f)
 	case audit.NothingChecked:
-		if st.Revision < 0 {
-			st.Status = Empty
+		// No record left (or none yet): nothing to bill; an hour published
+		// before keeps what it published (files removed by retention are
+		// not a correction).
+		st.Status, st.Findings = Empty, nil
+		if st.Revision >= 0 {
+			st.Status = Published
 		}
 		st.Files = print
 		st.UpdatedAt = p.now().UTC()

@@ -217,7 +217,7 @@ func (p *Publisher) Pass(ctx context.Context) ([]Outcome, error) {
 }
 
 func (p *Publisher) pass(ctx context.Context) ([]Outcome, error) {
-	prints, err := p.fingerprints(ctx)
+	prints, err := p.fingerprints(ctx, p.window())
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (p *Publisher) Hour(ctx context.Context, h time.Time) (Outcome, error) {
 		return Outcome{Hour: h}, err
 	}
 	defer unlock()
-	prints, err := p.fingerprints(ctx)
+	prints, err := p.fingerprints(ctx, []time.Time{h})
 	if err != nil {
 		return Outcome{Hour: h}, err
 	}
@@ -285,34 +285,46 @@ func (p *Publisher) Hour(ctx context.Context, h time.Time) (Outcome, error) {
 // Status returns every hour's state, oldest first.
 func (p *Publisher) Status() ([]*HourState, error) { return p.state.all(time.Time{}) }
 
-// fingerprints hashes, per hour, the names and sizes of its committed flow
-// and meter files (committed files are never rewritten: a new name is a
-// new file).
-func (p *Publisher) fingerprints(ctx context.Context) (map[time.Time]string, error) {
-	lists := map[time.Time][]string{}
-	for _, dir := range []string{"flows", "meters"} {
-		files, err := p.opts.Output.List(ctx, dir)
-		if errors.Is(err, dataset.ErrNoDir) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("usage: list %s: %w", dir, err)
-		}
-		for _, f := range files {
-			h, err := time.Parse("dt=2006-01-02/hour=15", f.Partition())
-			if err != nil {
+// fingerprints hashes, per hour of hours, the names and sizes of its
+// committed flow and meter files (committed files are never rewritten: a
+// new name is a new file); hours without files are left out. It lists the
+// hours' partitions only, not the whole output (an S3 lake holds months).
+func (p *Publisher) fingerprints(ctx context.Context, hours []time.Time) (map[time.Time]string, error) {
+	out := make(map[time.Time]string, len(hours))
+	for _, h := range hours {
+		var list []string
+		for _, dir := range []string{"flows", "meters"} {
+			files, err := p.opts.Output.List(ctx, dir+"/"+h.UTC().Format("dt=2006-01-02/hour=15"))
+			if errors.Is(err, dataset.ErrNoDir) {
 				continue
 			}
-			lists[h] = append(lists[h], fmt.Sprintf("%s %d", f.Rel, f.Size))
+			if err != nil {
+				return nil, fmt.Errorf("usage: list %s: %w", dir, err)
+			}
+			for _, f := range files {
+				list = append(list, fmt.Sprintf("%s %d", f.Rel, f.Size))
+			}
 		}
-	}
-	out := make(map[time.Time]string, len(lists))
-	for h, l := range lists {
-		slices.Sort(l)
-		sum := sha256.Sum256([]byte(strings.Join(l, "\n")))
-		out[h] = fmt.Sprintf("%d:%s", len(l), hex.EncodeToString(sum[:12]))
+		if len(list) == 0 {
+			continue
+		}
+		slices.Sort(list)
+		sum := sha256.Sum256([]byte(strings.Join(list, "\n")))
+		out[h] = fmt.Sprintf("%d:%s", len(list), hex.EncodeToString(sum[:12]))
 	}
 	return out, nil
+}
+
+// window lists the closed hours inside the lookback, oldest first.
+func (p *Publisher) window() []time.Time {
+	now := p.now()
+	var hours []time.Time
+	for h := now.Add(-p.opts.Lookback).UTC().Truncate(time.Hour); p.Closed(h); h = h.Add(time.Hour) {
+		if h.Add(time.Hour).After(now.Add(-p.opts.Lookback)) {
+			hours = append(hours, h)
+		}
+	}
+	return hours
 }
 
 func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Outcome, error) {
@@ -375,7 +387,7 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 	}
 	// Nothing audited may be billed: a file that landed while the audit
 	// and the totals were read waits for the next pass.
-	again, err := p.fingerprints(ctx)
+	again, err := p.fingerprints(ctx, []time.Time{h})
 	if err != nil {
 		return out, err
 	}

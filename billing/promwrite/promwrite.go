@@ -210,14 +210,28 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &e) && e.Retryable
 }
 
-// Write sends series in one request. Samples the receiver already holds
-// with the same timestamp and value are accepted again (Prometheus treats
-// them as no-ops), which is what makes republishing idempotent; the same
-// timestamp with another value is refused (HTTP 400).
+// MaxSeriesPerRequest bounds one request (about 1 MB of protobuf with
+// billing's labels): receivers bound what they decode.
+const MaxSeriesPerRequest = 5000
+
+// Write sends series, in requests of at most MaxSeriesPerRequest. When
+// one fails, the requests before it were written: send the same series
+// again. Samples the receiver already holds with the same timestamp and
+// value are no-ops, which is what makes re-sending safe; another value at
+// a timestamp it holds is refused (HTTP 400) or, out of order, silently
+// dropped (Prometheus 2.42): never send one.
 func (c *Client) Write(ctx context.Context, series []Series) error {
-	if len(series) == 0 {
-		return nil
+	for len(series) > 0 {
+		n := min(len(series), MaxSeriesPerRequest)
+		if err := c.write(ctx, series[:n]); err != nil {
+			return err
+		}
+		series = series[n:]
 	}
+	return nil
+}
+
+func (c *Client) write(ctx context.Context, series []Series) error {
 	body := snappy.Encode(nil, Encode(series))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {

@@ -2,6 +2,7 @@ package promwrite_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +194,36 @@ func TestWriteBasicAuth(t *testing.T) {
 				t.Fatalf("Write: %v; want a non-retryable %s naming password_file, without the password", err, tc.refused)
 			}
 		})
+	}
+}
+
+// TestWriteManySeries: more series than one request carries go in several
+// requests, every one arrives.
+func TestWriteManySeries(t *testing.T) {
+	prom := promserver.Start(t)
+	ctx := context.Background()
+	c, err := promwrite.New(promwrite.Config{URL: prom.WriteURL(), Timeout: units.Duration(30 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	n := 2*promwrite.MaxSeriesPerRequest + 1
+	s := make([]promwrite.Series, n)
+	for i := range s {
+		s[i] = promwrite.NewSeries("many_test", []promwrite.Label{{Name: "project_id", Value: fmt.Sprintf("p%05d", i)}},
+			promwrite.Sample{Value: float64(i), TimestampMs: h.Add(time.Hour).UnixMilli() - 1})
+	}
+	if err := c.Write(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]float64{
+		`count(sum_over_time(many_test[3600s]))`: float64(n),
+		`sum(sum_over_time(many_test[3600s]))`:   float64(n * (n - 1) / 2),
+	} {
+		res, err := prom.Query(ctx, q, h.Add(time.Hour))
+		if err != nil || len(res) != 1 || res[0].Value != want {
+			t.Errorf("%s = %v (%v), want %.0f", q, res, err, want)
+		}
 	}
 }

@@ -29,6 +29,11 @@ type Config struct {
 	// late files there are not billed (default 168h; keep it within the
 	// receiver's out_of_order_time_window, which must accept them).
 	Lookback units.Duration `yaml:"lookback"`
+	// RatedAfter: an hour first published this long or more after its end
+	// was rated without it, so the rating side is asked to rate it again
+	// (CloudKitty: wait_periods × period; default 2h, CloudKitty's default
+	// wait_periods 2 × period 3600s; 0: never).
+	RatedAfter units.Duration `yaml:"rated_after"`
 	// Prometheus is the remote-write receiver CloudKitty reads from.
 	Prometheus promwrite.Config `yaml:"prometheus"`
 }
@@ -43,6 +48,7 @@ func DefaultConfig() Config {
 	return Config{
 		Interval:   units.Duration(5 * time.Minute),
 		Lookback:   units.Duration(7 * 24 * time.Hour),
+		RatedAfter: units.Duration(2 * time.Hour),
 		Prometheus: promwrite.DefaultConfig(),
 	}
 }
@@ -63,6 +69,9 @@ func (c Config) Validate() error {
 	}
 	if c.Interval.D() < time.Second {
 		e.Add("interval", fmt.Sprintf("%s is below 1s", c.Interval), "use e.g. 5m")
+	}
+	if c.RatedAfter.D() < 0 {
+		e.Add("rated_after", fmt.Sprintf("%s is negative", c.RatedAfter), "use CloudKitty's wait_periods × period (e.g. 2h), or 0")
 	}
 	if c.Lookback.D() < time.Hour {
 		e.Add("lookback", fmt.Sprintf("%s is below 1h", c.Lookback), "use e.g. 168h (within Prometheus' out_of_order_time_window)")

@@ -22,7 +22,7 @@ func TestConfig(t *testing.T) {
 		{name: "settle derived from the pipeline", yaml: "collector:\n  roll_age: 1m\ncapture:\n  active_timeout: 20s\n"},
 		{name: "receiver", yaml: "billing:\n  prometheus:\n    url: https://prom.example.net/api/v1/write\n    timeout: 10s\n"},
 		{name: "token file not a file", yaml: "billing:\n  prometheus:\n    url: http://127.0.0.1:9090/api/v1/write\n    bearer_token_file: /dev/null\n", want: []string{"billing.prometheus.bearer_token_file: /dev/null: not a regular file"}},
-		{name: "negative settle", yaml: "billing:\n  settle: -1m\n", want: []string{"billing.settle: -1m0s is negative"}},
+		{name: "negative settle", yaml: "billing:\n  settle: -1m\n  rated_after: -1h\n", want: []string{"billing.settle: -1m0s is negative", "billing.rated_after: -1h0m0s is negative"}},
 		{name: "interval, lookback", yaml: "billing:\n  interval: 0s\n  lookback: 30m\n", want: []string{"billing.interval: 0s is below 1s", "billing.lookback: 30m0s is below 1h"}},
 		{name: "not http", yaml: "billing:\n  prometheus:\n    url: ftp://x/api/v1/write\n", want: []string{"billing.prometheus.url: \"ftp://x/api/v1/write\" is not an http(s) URL"}},
 		{name: "credentials in the URL", yaml: "billing:\n  prometheus:\n    url: http://u:secret@127.0.0.1:9090/api/v1/write\n", want: []string{"billing.prometheus.url: holds credentials; remove user:password@"}},
@@ -39,7 +39,7 @@ func TestConfig(t *testing.T) {
 				}
 				u := c.Billing.Usage
 				want := usage.DeriveSettle(c.Collector.Parquet.RollAge.D(), c.Capture.ActiveTimeout.D(), c.Attribution.LateBinding.Window.D())
-				if u.Data != c.Collector.Parquet.Output || !strings.HasSuffix(u.StateDir, "/billing") || u.Settle.D() != want || u.Interval.D() != 5*time.Minute || u.Lookback.D() != 168*time.Hour {
+				if u.Data != c.Collector.Parquet.Output || !strings.HasSuffix(u.StateDir, "/billing") || u.Settle.D() != want || u.Interval.D() != 5*time.Minute || u.Lookback.D() != 168*time.Hour || u.RatedAfter.D() != 2*time.Hour {
 					t.Fatalf("resolved: %+v (settle want %s)", u, want)
 				}
 				return

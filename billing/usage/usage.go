@@ -73,8 +73,9 @@ type Writer interface {
 	Write(ctx context.Context, series []promwrite.Series) error
 }
 
-// Corrector is told about a correction of an hour already published, so
-// the rating side rates it again (billing/cloudkitty: POST
+// Corrector is told about a correction of an hour already published —
+// or about an hour published for the first time after the rating side
+// rated it (Options.RatedAfter) — so the rating side rates it again (billing/cloudkitty: POST
 // /v2/task/reprocesses for each project over [hour, hour+1h)). An error
 // is retried at the next pass.
 type Corrector interface {
@@ -93,8 +94,14 @@ type Options struct {
 	Settle time.Duration
 	// Lookback: hours that ended longer ago are not looked at.
 	Lookback time.Duration
-	// Corrector, when set, is called after each correction.
+	// Corrector, when set, is called after each correction, and after a
+	// first publication RatedAfter or more after the hour's end.
 	Corrector Corrector
+	// RatedAfter is when the rating side has rated an hour, from its end
+	// (CloudKitty: wait_periods × period). An hour first published later
+	// (held back until its files arrived, a backlog) was rated without
+	// it: the Corrector is told. 0: never.
+	RatedAfter time.Duration
 	// ClockSlack is the audit's (audit.DefaultClockSlack when zero).
 	ClockSlack time.Duration
 	Logger     *slog.Logger
@@ -453,7 +460,8 @@ func (p *Publisher) write(ctx context.Context, st *HourState, totals Totals, rev
 		return 0, fmt.Errorf("usage: publish %s revision %d (%d series): %w", st.Hour.Format(hourLayout), rev, len(series), err)
 	}
 	now := p.now().UTC()
-	if rev > 0 {
+	late := rev == 0 && p.opts.RatedAfter > 0 && now.Sub(st.Hour.Add(time.Hour)) >= p.opts.RatedAfter
+	if rev > 0 || late {
 		for _, pr := range changedProjects(st.Totals, totals) {
 			if !slices.Contains(st.Unreprocessed, pr) {
 				st.Unreprocessed = append(st.Unreprocessed, pr)
@@ -473,7 +481,8 @@ func (p *Publisher) write(ctx context.Context, st *HourState, totals Totals, rev
 	if rev == 0 {
 		p.m.published.Inc()
 		p.m.lag.Set(now.Sub(st.Hour.Add(time.Hour)).Seconds())
-		p.log.Info("hour published", "hour", st.Hour.Format(hourLayout), "series", len(series), "bytes", b, "packets", pk)
+		p.log.Info("hour published", "hour", st.Hour.Format(hourLayout), "series", len(series), "bytes", b, "packets", pk,
+			"rated_already", late)
 	} else {
 		p.m.corrections.Inc()
 		p.log.Info("hour corrected", "hour", st.Hour.Format(hourLayout), "revision", rev, "series", len(series), "bytes", b, "packets", pk, "projects", st.Unreprocessed)

@@ -47,6 +47,8 @@ func (c *corrections) Corrected(_ context.Context, h time.Time, projects []strin
 //   - CloudKitty's query at H+1h gives each project's exact bytes and
 //     packets per zone, direction, external network and LB, to the byte;
 //   - a second pass and publishing H again write nothing;
+//   - H−1 and H, first published after CloudKitty rated them
+//     (billing.rated_after), are handed to the Corrector;
 //   - a late file in H (another agent's flows and meters) publishes only
 //     the differences, the query follows to the byte, and the Corrector
 //     hears of the projects it changed.
@@ -102,7 +104,7 @@ func TestPublishAuditedHours(t *testing.T) {
 		t.Fatal(err)
 	}
 	corr := &corrections{}
-	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr})
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +187,12 @@ func TestPublishAuditedHours(t *testing.T) {
 		t.Errorf("correction: revision %d, %d series; want revision 1 and the %d series of project A's %d keys only", outs[0].Revision, outs[0].Series, 2*keysA, keysA)
 	}
 	checkHour(ctx, t, prom, h, billingdata.Expected(all, h))
-	if want := []string{h.Format("15") + " " + billingdata.ProjectA}; !slices.Equal(corr.calls, want) {
+	// H−1 and H ended 2 to 4 hours ago, at least billing.rated_after (2h,
+	// CloudKitty's default wait_periods × period): CloudKitty rated them
+	// before their first publication, so both are reprocessed for both
+	// projects; then H again for the project the late file changed.
+	both := billingdata.ProjectB + "," + billingdata.ProjectA
+	if want := []string{h.Add(-time.Hour).Format("15") + " " + both, h.Format("15") + " " + both, h.Format("15") + " " + billingdata.ProjectA}; !slices.Equal(corr.calls, want) {
 		t.Errorf("corrector calls %q, want %q", corr.calls, want)
 	}
 	if got := metric("tapflow_billing_corrections_published_total"); got != 1 {

@@ -89,7 +89,7 @@ func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Log
 			return nil, cfg, nil, usageErr("%v", err)
 		}
 	}
-	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, Logger: log})
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D(), Logger: log})
 	if err != nil {
 		closeFn()
 		return nil, cfg, nil, usageErr("%v", err)

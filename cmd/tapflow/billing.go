@@ -37,7 +37,8 @@ collector.output; a directory or s3://, read with collector.s3),
 billing.prometheus.url and its credentials (password_file or
 bearer_token_file, or TAPFLOW_PROMETHEUS_PASSWORD /
 TAPFLOW_PROMETHEUS_BEARER_TOKEN: never flags), billing.settle,
-billing.interval, billing.lookback and billing.state_dir.`
+billing.interval, billing.lookback, billing.rated_after and
+billing.state_dir.`
 
 func newBillingCmd() *cobra.Command {
 	cmd := &cobra.Command{

@@ -14,6 +14,8 @@ package promwrite
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +50,9 @@ type Config struct {
 	PasswordFile string `yaml:"password_file"`
 	// BearerTokenFile (or TokenEnv): Authorization: Bearer.
 	BearerTokenFile string `yaml:"bearer_token_file"`
+	// CAFile is a PEM bundle an https receiver's certificate must chain
+	// to (default: the system trust store).
+	CAFile string `yaml:"ca_file"`
 	// Timeout bounds one request (default 30s).
 	Timeout units.Duration `yaml:"timeout"`
 }
@@ -80,6 +85,13 @@ func (c Config) Validate() error {
 		}
 		if err := checkSecretFile(f.path); err != nil {
 			e.Add(f.key, err.Error(), "make it a regular file readable by tapflow only (chmod 600)")
+		}
+	}
+	if c.CAFile != "" {
+		if b, err := os.ReadFile(c.CAFile); err != nil {
+			e.Add("ca_file", err.Error(), "point it at the PEM bundle of the CA that signed the receiver's certificate")
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			e.Add("ca_file", c.CAFile+": no PEM certificate in it", "point it at the PEM bundle of the CA that signed the receiver's certificate")
 		}
 	}
 	if c.Timeout.D() < time.Second {
@@ -163,6 +175,17 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{url: cfg.URL, hc: &http.Client{Timeout: cfg.Timeout.D()}, user: cfg.Username}
 	var err error
+	if cfg.CAFile != "" {
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("promwrite: ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(b)
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		c.hc.Transport = tr
+	}
 	if cfg.Username != "" {
 		c.pass = os.Getenv(PasswordEnv)
 		if cfg.PasswordFile != "" {

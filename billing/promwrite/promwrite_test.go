@@ -11,6 +11,7 @@ import (
 
 	"github.com/tapflow/tapflow/billing/promwrite"
 	"github.com/tapflow/tapflow/internal/testkit/promserver"
+	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/internal/units"
 )
 
@@ -125,17 +126,23 @@ const (
 	authHash     = "$2a$10$EkaSYtZOW6c0BGODLbtz0Od1bGEm9u7HzH3Pdlg77ICKH5hkpUl5K"
 )
 
-// TestWriteBasicAuth: against a Prometheus requiring basic auth
-// (--web.config.file), the password from password_file or
-// TAPFLOW_PROMETHEUS_PASSWORD is accepted; a wrong one is refused (401,
-// not retryable, a hint) without the password in the error; a password
-// file other users can read and credentials in the URL are refused by
-// Validate, naming the fix.
-func TestWriteBasicAuth(t *testing.T) {
+// TestWriteBasicAuthTLS: against a Prometheus requiring basic auth over
+// TLS (--web.config.file), the password from password_file or
+// TAPFLOW_PROMETHEUS_PASSWORD is accepted with the CA in ca_file; a wrong
+// password is refused (401, not retryable, a hint) without the password in
+// the error; a certificate of an unknown CA is refused; a password file
+// other users can read, a ca_file without a certificate and credentials in
+// the URL are refused by Validate, naming the fix.
+func TestWriteBasicAuthTLS(t *testing.T) {
+	dir := t.TempDir()
+	pki := transporttest.NewPKI(t, dir)
 	var opts promserver.Options
 	opts.BasicAuth.User, opts.BasicAuth.Password, opts.BasicAuth.Hash = authUser, authPassword, authHash
+	opts.TLS.Cert, opts.TLS.Key, opts.TLS.CA = pki.ServerCert, pki.ServerKey, pki.CA
 	prom := promserver.StartWith(t, opts)
-	dir := t.TempDir()
+	if !strings.HasPrefix(prom.URL, "https://") {
+		t.Fatalf("not TLS: %s", prom.URL)
+	}
 	file := func(name, content string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(content+"\n"), mode); err != nil {
@@ -149,22 +156,27 @@ func TestWriteBasicAuth(t *testing.T) {
 	good := file("good", authPassword, 0o600)
 	wrong := file("wrong", "not-the-password", 0o600)
 	open := file("open", authPassword, 0o644)
+	notPEM := file("not-pem", "hello", 0o644)
 	s := []promwrite.Series{promwrite.NewSeries("auth_test", nil, promwrite.Sample{Value: 1, TimestampMs: time.Now().UnixMilli()})}
-	timeout := units.Duration(10 * time.Second)
 	tests := []struct {
 		name    string
 		cfg     promwrite.Config
 		env     string
+		ca      string // "": pki.CA; "-": none (the system trust store)
 		invalid string // Validate's error
 		refused string // Write's error
+		retry   bool
 	}{
 		{name: "password_file", cfg: promwrite.Config{Username: authUser, PasswordFile: good}},
 		{name: "environment", cfg: promwrite.Config{Username: authUser}, env: authPassword},
-		{name: "wrong password", cfg: promwrite.Config{Username: authUser, PasswordFile: wrong}, refused: "HTTP 401"},
+		{name: "wrong password", cfg: promwrite.Config{Username: authUser, PasswordFile: wrong}, refused: "HTTP 401: Unauthorized (check username/password_file"},
 		{name: "no credentials", refused: "HTTP 401"},
+		{name: "system trust store only", cfg: promwrite.Config{Username: authUser, PasswordFile: good}, ca: "-", refused: "certificate signed by unknown authority", retry: true},
+		{name: "another CA", cfg: promwrite.Config{Username: authUser, PasswordFile: good}, ca: pki.OtherCA, refused: "certificate signed by unknown authority", retry: true},
 		{name: "world-readable file", cfg: promwrite.Config{Username: authUser, PasswordFile: open}, invalid: "readable by every user"},
 		{name: "user without password", cfg: promwrite.Config{Username: authUser}, invalid: promwrite.PasswordEnv},
-		{name: "credentials in the URL", cfg: promwrite.Config{URL: strings.Replace(prom.WriteURL(), "http://", "http://"+authUser+":"+authPassword+"@", 1)}, invalid: "remove user:password@"},
+		{name: "ca_file without a certificate", ca: notPEM, invalid: "ca_file: " + notPEM + ": no PEM certificate in it"},
+		{name: "credentials in the URL", cfg: promwrite.Config{URL: strings.Replace(prom.WriteURL(), "https://", "https://"+authUser+":"+authPassword+"@", 1)}, invalid: "remove user:password@"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,7 +185,14 @@ func TestWriteBasicAuth(t *testing.T) {
 			if cfg.URL == "" {
 				cfg.URL = prom.WriteURL()
 			}
-			cfg.Timeout = timeout
+			switch tc.ca {
+			case "":
+				cfg.CAFile = pki.CA
+			case "-":
+			default:
+				cfg.CAFile = tc.ca
+			}
+			cfg.Timeout = units.Duration(10 * time.Second)
 			c, err := promwrite.New(cfg)
 			if tc.invalid != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.invalid) || strings.Contains(err.Error(), authPassword) {
@@ -189,9 +208,9 @@ func TestWriteBasicAuth(t *testing.T) {
 			switch {
 			case tc.refused == "" && err != nil:
 				t.Fatalf("Write: %v", err)
-			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused) || promwrite.IsRetryable(err) ||
-				!strings.Contains(err.Error(), "password_file") || strings.Contains(err.Error(), "not-the-password")):
-				t.Fatalf("Write: %v; want a non-retryable %s naming password_file, without the password", err, tc.refused)
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused) || promwrite.IsRetryable(err) != tc.retry ||
+				strings.Contains(err.Error(), "not-the-password") || strings.Contains(err.Error(), authPassword)):
+				t.Fatalf("Write: %v (retryable %v); want %q, retryable %v, without the password", err, promwrite.IsRetryable(err), tc.refused, tc.retry)
 			}
 		})
 	}

@@ -7,6 +7,8 @@ package promserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,7 +36,8 @@ type Server struct {
 	// Log is its output file.
 	Log string
 
-	user, pass string // basic auth of Query and the readiness probe
+	user, pass string       // basic auth of Query and the readiness probe
+	hc         *http.Client // trusts the server's CA with TLS
 }
 
 // Options change what Start runs.
@@ -43,6 +46,9 @@ type Options struct {
 	// --web.config.file basic_auth_users): user, password and the
 	// password's bcrypt hash (Prometheus stores only the hash).
 	BasicAuth struct{ User, Password, Hash string }
+	// TLS serves https with this certificate and key (PEM files); CA is
+	// what Query and the readiness probe trust.
+	TLS struct{ Cert, Key, CA string }
 }
 
 // Start runs prometheus until the test ends.
@@ -70,12 +76,27 @@ func StartWith(t testing.TB, opts Options) *Server {
 		t.Fatal(err)
 	}
 	args := []string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.enable-remote-write-receiver", "--log.level=warn"}
+	var web string
 	if a := opts.BasicAuth; a.User != "" {
-		web := filepath.Join(dir, "web.yml")
-		if err := os.WriteFile(web, []byte("basic_auth_users:\n  "+a.User+": "+a.Hash+"\n"), 0o600); err != nil {
+		web += "basic_auth_users:\n  " + a.User + ": " + a.Hash + "\n"
+	}
+	scheme, hc := "http", http.DefaultClient
+	if tc := opts.TLS; tc.Cert != "" {
+		web += "tls_server_config:\n  cert_file: " + tc.Cert + "\n  key_file: " + tc.Key + "\n"
+		ca, err := os.ReadFile(tc.CA)
+		if err != nil {
 			t.Fatal(err)
 		}
-		args = append(args, "--web.config.file="+web)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		scheme, hc = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	if web != "" {
+		p := filepath.Join(dir, "web.yml")
+		if err := os.WriteFile(p, []byte(web), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--web.config.file="+p)
 	}
 	var lastErr error
 	for range 3 { // a free port can be taken between the probe and the bind
@@ -83,7 +104,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &Server{URL: "http://" + addr, Log: filepath.Join(dir, "prometheus.log"), user: opts.BasicAuth.User, pass: opts.BasicAuth.Password}
+		s := &Server{URL: scheme + "://" + addr, Log: filepath.Join(dir, "prometheus.log"), user: opts.BasicAuth.User, pass: opts.BasicAuth.Password, hc: hc}
 		logf, err := os.Create(s.Log)
 		if err != nil {
 			t.Fatal(err)
@@ -206,5 +227,5 @@ func (s *Server) get(ctx context.Context, u string) (*http.Response, error) {
 	if s.user != "" {
 		req.SetBasicAuth(s.user, s.pass)
 	}
-	return http.DefaultClient.Do(req)
+	return s.hc.Do(req)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,4 +105,50 @@ func keptFlows(flows []schemas.Flow, skip map[int]bool) []schemas.Flow {
 		}
 	}
 	return out
+}
+
+// TestBillingRunService runs `tapflow billing run` as tapflow-billing.service
+// does (--metrics-listen on loopback) for 15 s on a local output:
+// /metrics serves the billing metrics, the first pass (at once) publishes
+// the closed hour, and the command exits 0 at the end of --duration.
+func TestBillingRunService(t *testing.T) {
+	prom := promserver.Start(t)
+	dir := t.TempDir()
+	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	data := billingdata.Generate(billingdata.Spec{Start: h.Add(5 * time.Minute), Span: 50 * time.Minute})
+	if err := billingdata.Write(context.Background(), dir, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "tapflow.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data_dir: %s\nbilling:\n  prometheus:\n    url: %s\n", dir, prom.WriteURL())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	type result struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errb strings.Builder
+		code := run([]string{"billing", "run", "--config", cfg, "--metrics-listen", addr, "--log-format", "text", "--duration", "15s"}, &out, &errb)
+		done <- result{code, out.String(), errb.String()}
+	}()
+	// Generous for a loaded CI machine: the first pass takes well under a
+	// second here; the command runs its whole --duration anyway.
+	deadline := time.Now().Add(14 * time.Second)
+	published := false
+	for !published && time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			published = strings.Contains(string(b), "\ntapflow_billing_hours_published_total 1\n")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := <-done
+	t.Logf("tapflow billing run: exit %d\n%s%s", r.code, r.out, r.errs)
+	if r.code != exitOK || !published || !strings.Contains(r.errs, "hour published") {
+		t.Fatalf("exit %d, /metrics showed the hour published: %v", r.code, published)
+	}
 }

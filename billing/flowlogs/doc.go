@@ -23,6 +23,6 @@
 // the hour only (Key), so delivering an hour again overwrites it: a
 // correction (a late record) is delivered by delivering the hour again.
 // The caller decides that the hour is closed and its audit passed
-// (billing/usage's loop, or an operator running `tapflow flowlogs
+// (billing/usage's loop, or an operator running `tapflow billing flowlogs
 // deliver`). docs/billing.md has the field mapping and the layout.
 package flowlogs

@@ -13,10 +13,6 @@ import (
 	"github.com/tapflow/tapflow/internal/report"
 )
 
-// Registered top level on the flowlogs branch; the lead moves it under
-// `tapflow billing` (billing.go) at merge.
-func init() { register(newBillingFlowlogsCmd) }
-
 func newBillingFlowlogsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "flowlogs <command>",
@@ -55,8 +51,8 @@ stop the others; each failure names the project and the fix.
 
 Exit codes: 0 delivered to every project, 1 a project or the source failed,
 2 usage or config error.`,
-		Example: `  tapflow flowlogs deliver --hour 2026-12-04T05 --config /etc/tapflow/tapflow.yaml
-  tapflow flowlogs deliver --hour 2026-12-04T05 --config /etc/tapflow/billing.yaml --data s3://billing-lake/tapflow`,
+		Example: `  tapflow billing flowlogs deliver --hour 2026-12-04T05 --config /etc/tapflow/tapflow.yaml
+  tapflow billing flowlogs deliver --hour 2026-12-04T05 --config /etc/tapflow/billing.yaml --data s3://billing-lake/tapflow`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			hour, err := parseHour(hourS, time.Now())

@@ -17,7 +17,7 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 )
 
-// TestFlowlogsDeliverCLI runs `tapflow flowlogs deliver` with a config
+// TestFlowlogsDeliverCLI runs `tapflow billing flowlogs deliver` with a config
 // file (collector output on disk, locations on a real S3 server, the
 // delivering credential in a credentials file) and checks its exit codes,
 // its table and the objects it stored.
@@ -86,7 +86,7 @@ func TestFlowlogsDeliverCLI(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := run(append([]string{"flowlogs", "deliver"}, tc.args...), &stdout, &stderr)
+			code := run(append([]string{"billing", "flowlogs", "deliver"}, tc.args...), &stdout, &stderr)
 			all := stdout.String() + stderr.String()
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d\n%s", code, tc.code, all)

@@ -229,6 +229,7 @@ func builtProcesses(t *testing.T) []process {
 		t.Fatalf("flow logs: %v", err)
 	}
 	out = append(out, gatheredProcess(t, "tenant flow logs", reg))
+	out = append(out, billingProcess(t))
 	return out
 }
 
@@ -279,6 +280,9 @@ var lossCounters = []string{
 	"tapflow_flowlogs_delivery_failures_total",
 	"tapflow_flowlogs_hours_failed_total",
 	"tapflow_synthetic_batches_nacked_total",
+	"tapflow_billing_publish_errors_total",
+	"tapflow_billing_corrector_errors_total",
+	"tapflow_billing_pass_errors_total",
 }
 
 // perInterface are the loss counters labelled by interface: their series

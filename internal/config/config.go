@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tapflow/tapflow/billing/flowlogs"
+	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/bpf/capture"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/units"
@@ -49,15 +50,9 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
-	// Billing is the billing stage (issue 23).
+	// Billing is the billing stage: exact hourly usage for CloudKitty and
+	// tenant flow logs (docs/billing.md).
 	Billing BillingConfig `yaml:"billing"`
-}
-
-// BillingConfig is the `billing:` section.
-type BillingConfig struct {
-	// FlowLogs delivers each project's flow records of a closed hour to
-	// its own S3 location (billing/flowlogs).
-	FlowLogs flowlogs.Config `yaml:"flow_logs"`
 }
 
 // AttributionConfig is the `attribution:` section (see enrich.Config).
@@ -136,7 +131,7 @@ func Default() Config {
 		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: consume.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
-		Billing:   BillingConfig{FlowLogs: flowlogs.DefaultConfig()},
+		Billing:   BillingConfig{Usage: usage.DefaultConfig(), FlowLogs: flowlogs.DefaultConfig()},
 	}
 }
 

@@ -349,7 +349,8 @@ func TestApplyZeroAllocForKnownRecords(t *testing.T) {
 		recs[i] = rec("fa:16:3e:00:00:10", "fa:16:3e:00:00:01", "10.0.0.10", "8.8.8.8")
 	}
 	s := fx.e.Snapshot()
-	if a := testing.AllocsPerRun(100, func() { fx.e.attribute(s, fx.clk.now(), recs) }); a != 0 {
+	w := new(batchWork)
+	if a := testing.AllocsPerRun(100, func() { fx.e.attribute(w, s, fx.clk.now(), recs) }); a != 0 {
 		t.Errorf("%v allocs per batch", a)
 	}
 }

@@ -15,40 +15,42 @@ func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) (macEntry, bool) {
 // lookupPrefix is the longest-prefix match on the VM tenant's rows and the
 // rows reachable from its port's subnets (domain) — the longer match wins,
 // the tenant's on a tie — and then on the global rows; the global table
-// always matches (catchall external).
-func (s *Snapshot) lookupPrefix(tenant, domain uint32, a netip.Addr) *rowVal {
+// always matches (catchall external). k is the address (addrKey), v6 its
+// family. It returns the row's index into s.vals (-1: none) and the range
+// [lo, hi] around k over which every table it consulted gives the same
+// answer, so the answer holds for any address in it (Memo).
+func (s *Snapshot) lookupPrefix(tenant, domain uint32, k u128, v6 bool) (int32, u128, u128) {
 	var i, d int32 = -1, -1
-	if a.Is4() {
-		b := a.As4()
-		k := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	lo, hi := u128{}, u128{^uint64(0), ^uint64(0)}
+	if !v6 {
+		hi = u128{0, 1<<32 - 1}
+		a := uint32(k.lo)
+		l, h := uint32(0), ^uint32(0)
 		if tenant != 0 && int(tenant) < len(s.tables) {
-			i = s.tables[tenant].v4.lookup(k)
+			i = s.tables[tenant].v4.lookupRange(a, &l, &h)
 		}
 		if domain != 0 && int(domain) < len(s.domains) {
-			d = s.domains[domain].v4.lookup(k)
+			d = s.domains[domain].v4.lookupRange(a, &l, &h)
 		}
 		if i < 0 && d < 0 {
-			i = s.tables[0].v4.lookup(k)
+			i = s.tables[0].v4.lookupRange(a, &l, &h)
 		}
+		lo.lo, hi.lo = uint64(l), uint64(h)
 	} else {
-		k := addrKey(a)
 		if tenant != 0 && int(tenant) < len(s.tables) {
-			i = s.tables[tenant].v6.lookup(k)
+			i = s.tables[tenant].v6.lookupRange(k, &lo, &hi)
 		}
 		if domain != 0 && int(domain) < len(s.domains) {
-			d = s.domains[domain].v6.lookup(k)
+			d = s.domains[domain].v6.lookupRange(k, &lo, &hi)
 		}
 		if i < 0 && d < 0 {
-			i = s.tables[0].v6.lookup(k)
+			i = s.tables[0].v6.lookupRange(k, &lo, &hi)
 		}
 	}
 	if d >= 0 && (i < 0 || s.vals[d].bits > s.vals[i].bits) {
 		i = d
 	}
-	if i < 0 {
-		return nil
-	}
-	return &s.vals[i]
+	return i, lo, hi
 }
 
 // member names the pool member of load balancer lb at addr: the one
@@ -76,7 +78,7 @@ func has(list []netip.Addr, a netip.Addr) bool {
 }
 
 // Attribute attributes one record. It does not allocate and is safe for
-// concurrent use. The order of the rules is the domain reference's §1.3
+// concurrent use. AttributeMemo is the same for the records of a batch. The order of the rules is the domain reference's §1.3
 // with §2's Octavia branch:
 //
 //  1. destination MAC with the group bit → multicast (tenant still from the
@@ -89,14 +91,31 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //     global rows;
 //  5. external records get the exit label: the peer router MAC's network,
 //     else the VM port's fallback, else none.
-func (s *Snapshot) Attribute(in *Input, out *Result) {
+func (s *Snapshot) Attribute(in *Input, out *Result) { s.attribute(nil, in, out) }
+
+// AttributeMemo is Attribute through m: the same result, at one map or
+// table lookup per distinct MAC and address range m has not seen yet
+// with s. m must not be shared between goroutines.
+func (s *Snapshot) AttributeMemo(m *Memo, in *Input, out *Result) {
+	m.use(s)
+	s.attribute(m, in, out)
+}
+
+// live is the ghost check of lookupMAC on an entry the map returned.
+func live(e macEntry, ok bool, nowUS int64) bool {
+	return ok && e.ep != nil && (e.deleteAt == 0 || nowUS < e.deleteAt)
+}
+
+// attribute is Attribute with its lookups through m (nil: none).
+func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 	*out = Result{TenantID: schemas.UnknownTenant, ExternalNetwork: schemas.NoExternalNetwork, Zone: schemas.ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
-	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
+	vme, known := s.macs1(m, in.VMMAC)
+	known = live(vme, known, in.NowUS)
 	if in.VLAN != 0 {
 		// a tagged frame: the trunk subport of (MAC, VLAN); a VLAN no
 		// subport claims stays with the parent (the MAC's port)
-		if e, ok := s.vlans[vlanKey{in.VMMAC, in.VLAN}]; ok && e.ep != nil {
+		if e, ok := s.vlan1(m, in.VMMAC, in.VLAN); ok && e.ep != nil {
 			vme, known = e, true
 		}
 	}
@@ -104,7 +123,8 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		// Received multicast/broadcast: the tap names the receiving port.
 		if k, ok := tapKeyOf(in.Tap); ok {
 			if mac, ok := s.taps[k]; ok {
-				vme, known = s.lookupMAC(mac, in.NowUS)
+				vme, known = s.macs1(m, mac)
+				known = live(vme, known, in.NowUS)
 			}
 		}
 	}
@@ -139,8 +159,8 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			out.LBSegment = 1
 		}
 	}
-	pe, ok := s.macs[in.PeerMAC]
-	if ok && pe.ep != nil && (pe.deleteAt == 0 || in.NowUS < pe.deleteAt) {
+	pe, ok := s.macs1(m, in.PeerMAC)
+	if live(pe, ok, in.NowUS) {
 		// direct L2 between two known endpoints
 		out.PeerTenantID = s.tenants[pe.tenant]
 		same := pe.tenant == vme.tenant
@@ -173,7 +193,7 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	if !remote.IsValid() {
 		return // no address to classify: miss
 	}
-	r := s.lookupPrefix(vme.tenant, vme.domain, remote)
+	r := s.prefix1(m, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
 	if r == nil {
 		return
 	}

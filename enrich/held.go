@@ -110,7 +110,7 @@ func (q *heldRing) compact(keep func(h *heldRecord) bool) {
 type batchWork struct {
 	memo  snapshot.Memo
 	hold  []heldRecord
-	asked [256]uint64 // direct-mapped; 0: empty (a MAC of 0 is asked each time)
+	asked map[uint64]struct{} // VM MACs asked in this batch
 }
 
 // maxHoldScratch bounds the hold slice a batchWork keeps between
@@ -119,12 +119,14 @@ type batchWork struct {
 const maxHoldScratch = 1024
 
 // askOnce reports whether mac was not yet asked in this batch, and
-// notes it. A collision forgets the other MAC: it is asked again.
+// notes it.
 func (w *batchWork) askOnce(mac uint64) bool {
-	sl := &w.asked[(mac*0x9E3779B97F4A7C15)>>56]
-	if *sl == mac && mac != 0 {
+	if _, ok := w.asked[mac]; ok {
 		return false
 	}
-	*sl = mac
+	if w.asked == nil {
+		w.asked = make(map[uint64]struct{})
+	}
+	w.asked[mac] = struct{}{}
 	return true
 }

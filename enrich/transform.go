@@ -47,6 +47,9 @@ func (e *Engine) putWork(w *batchWork) {
 	if cap(w.hold) > maxHoldScratch {
 		w.hold = nil
 	}
+	if len(w.asked) > maxHoldScratch {
+		w.asked = nil
+	}
 	e.work.Store(w)
 }
 
@@ -76,7 +79,7 @@ func (e *Engine) attribute(w *batchWork, s *snapshot.Snapshot, now time.Time, re
 			hold = append(hold, heldRecord{f: *f, in: in, at: now, version: s.Version(), zone: r.Zone})
 			if e.onUnknown != nil {
 				if !asked {
-					clear(w.asked[:])
+					clear(w.asked)
 					asked = true
 				}
 				if w.askOnce(in.VMMAC) { // once per MAC and batch: the asker's own window does the rest

@@ -15,11 +15,47 @@ func (s *Snapshot) lookupMAC(mac uint64, nowUS int64) (macEntry, bool) {
 // lookupPrefix is the longest-prefix match on the VM tenant's rows and the
 // rows reachable from its port's subnets (domain) — the longer match wins,
 // the tenant's on a tie — and then on the global rows; the global table
-// always matches (catchall external). k is the address (addrKey), v6 its
-// family. It returns the row's index into s.vals (-1: none) and the range
-// [lo, hi] around k over which every table it consulted gives the same
-// answer, so the answer holds for any address in it (Memo).
-func (s *Snapshot) lookupPrefix(tenant, domain uint32, k u128, v6 bool) (int32, u128, u128) {
+// always matches (catchall external).
+func (s *Snapshot) lookupPrefix(tenant, domain uint32, a netip.Addr) *rowVal {
+	var i, d int32 = -1, -1
+	if a.Is4() {
+		b := a.As4()
+		k := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v4.lookup(k)
+		}
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v4.lookup(k)
+		}
+		if i < 0 && d < 0 {
+			i = s.tables[0].v4.lookup(k)
+		}
+	} else {
+		k := addrKey(a)
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v6.lookup(k)
+		}
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v6.lookup(k)
+		}
+		if i < 0 && d < 0 {
+			i = s.tables[0].v6.lookup(k)
+		}
+	}
+	if d >= 0 && (i < 0 || s.vals[d].bits > s.vals[i].bits) {
+		i = d
+	}
+	if i < 0 {
+		return nil
+	}
+	return &s.vals[i]
+}
+
+// lookupPrefixRange is lookupPrefix of the address k (addrKey; v6 its
+// family) that returns the row's index into s.vals (-1: none) and the
+// range [lo, hi] around k over which every table it consulted gives the
+// same answer, so the answer holds for any address in it (Memo).
+func (s *Snapshot) lookupPrefixRange(tenant, domain uint32, k u128, v6 bool) (int32, u128, u128) {
 	var i, d int32 = -1, -1
 	lo, hi := u128{}, u128{^uint64(0), ^uint64(0)}
 	if !v6 {
@@ -110,12 +146,27 @@ func live(e macEntry, ok bool, nowUS int64) bool {
 func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 	*out = Result{TenantID: schemas.UnknownTenant, ExternalNetwork: schemas.NoExternalNetwork, Zone: schemas.ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
-	vme, known := s.macs1(m, in.VMMAC)
+	// the memo's calls are spelled out, not wrapped: a wrapper does not
+	// inline, and Attribute without a memo should pay nothing for it
+	var vme macEntry
+	var known bool
+	if m != nil {
+		vme, known = m.mac1(s, in.VMMAC)
+	} else {
+		vme, known = s.macs[in.VMMAC]
+	}
 	known = live(vme, known, in.NowUS)
 	if in.VLAN != 0 {
 		// a tagged frame: the trunk subport of (MAC, VLAN); a VLAN no
 		// subport claims stays with the parent (the MAC's port)
-		if e, ok := s.vlan1(m, in.VMMAC, in.VLAN); ok && e.ep != nil {
+		var e macEntry
+		var ok bool
+		if m != nil {
+			e, ok = m.vlan1(s, in.VMMAC, in.VLAN)
+		} else {
+			e, ok = s.vlans[vlanKey{in.VMMAC, in.VLAN}]
+		}
+		if ok && e.ep != nil {
 			vme, known = e, true
 		}
 	}
@@ -123,7 +174,11 @@ func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 		// Received multicast/broadcast: the tap names the receiving port.
 		if k, ok := tapKeyOf(in.Tap); ok {
 			if mac, ok := s.taps[k]; ok {
-				vme, known = s.macs1(m, mac)
+				if m != nil {
+					vme, known = m.mac1(s, mac)
+				} else {
+					vme, known = s.macs[mac]
+				}
 				known = live(vme, known, in.NowUS)
 			}
 		}
@@ -159,7 +214,13 @@ func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 			out.LBSegment = 1
 		}
 	}
-	pe, ok := s.macs1(m, in.PeerMAC)
+	var pe macEntry
+	var ok bool
+	if m != nil {
+		pe, ok = m.mac1(s, in.PeerMAC)
+	} else {
+		pe, ok = s.macs[in.PeerMAC]
+	}
 	if live(pe, ok, in.NowUS) {
 		// direct L2 between two known endpoints
 		out.PeerTenantID = s.tenants[pe.tenant]
@@ -193,7 +254,12 @@ func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 	if !remote.IsValid() {
 		return // no address to classify: miss
 	}
-	r := s.prefix1(m, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
+	var r *rowVal
+	if m != nil {
+		r = m.prefix1(s, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
+	} else {
+		r = s.lookupPrefix(vme.tenant, vme.domain, remote)
+	}
 	if r == nil {
 		return
 	}

@@ -67,12 +67,8 @@ func (m *Memo) use(s *Snapshot) {
 
 func memoHash(k uint64, bits uint) uint64 { return (k * 0x9E3779B97F4A7C15) >> (64 - bits) }
 
-// macs1 is s.macs[mac] through m (m nil: the map).
-func (s *Snapshot) macs1(m *Memo, mac uint64) (macEntry, bool) {
-	if m == nil {
-		e, ok := s.macs[mac]
-		return e, ok
-	}
+// mac1 is s.macs[mac] through m.
+func (m *Memo) mac1(s *Snapshot, mac uint64) (macEntry, bool) {
 	set, hit := m.find(mac)
 	if hit == nil {
 		e, ok := s.macs[mac]
@@ -81,12 +77,8 @@ func (s *Snapshot) macs1(m *Memo, mac uint64) (macEntry, bool) {
 	return hit.e, hit.key&keyOK != 0
 }
 
-// vlan1 is s.vlans[vlanKey{mac, vlan}] through m (m nil: the map).
-func (s *Snapshot) vlan1(m *Memo, mac uint64, vlan uint16) (macEntry, bool) {
-	if m == nil {
-		e, ok := s.vlans[vlanKey{mac, vlan}]
-		return e, ok
-	}
+// vlan1 is s.vlans[vlanKey{mac, vlan}] through m.
+func (m *Memo) vlan1(s *Snapshot, mac uint64, vlan uint16) (macEntry, bool) {
 	k := mac | uint64(vlan)<<48 | keyVLAN
 	set, hit := m.find(k)
 	if hit == nil {
@@ -120,17 +112,13 @@ func put(set *[2]macSlot, k uint64, e macEntry, ok bool) *macSlot {
 	return &set[0]
 }
 
-// prefix1 is lookupPrefix through m (m nil: the tables).
+// prefix1 is lookupPrefix through m.
 //
 // An answer is kept in the slot of the address's /16 (IPv4; IPv6: /32)
 // when its range covers that whole block, else in the slot of its /24
 // (IPv6: /48); both are looked at. Internet addresses mostly fall in
 // large ranges, cloud subnets and host rows in small ones.
-func (s *Snapshot) prefix1(m *Memo, tenant, domain uint32, k u128, v6 bool) *rowVal {
-	if m == nil {
-		i, _, _ := s.lookupPrefix(tenant, domain, k, v6)
-		return s.row(i)
-	}
+func (m *Memo) prefix1(s *Snapshot, tenant, domain uint32, k u128, v6 bool) *rowVal {
 	owner := uint64(tenant)<<32 | uint64(domain)
 	coarse, fine := k.lo>>16, k.lo>>8
 	if v6 {
@@ -145,7 +133,7 @@ func (s *Snapshot) prefix1(m *Memo, tenant, domain uint32, k u128, v6 bool) *row
 	if sf.holds(owner, k, v6) {
 		return s.row(sf.val)
 	}
-	i, lo, hi := s.lookupPrefix(tenant, domain, k, v6)
+	i, lo, hi := s.lookupPrefixRange(tenant, domain, k, v6)
 	bl, bh := u128{0, k.lo &^ 0xffff}, u128{0, k.lo | 0xffff}
 	if v6 {
 		bl, bh = u128{k.hi &^ 0xffffffff, 0}, u128{k.hi | 0xffffffff, ^uint64(0)}

@@ -202,12 +202,15 @@ func TestLookupPrefixRange(t *testing.T) {
 			continue
 		}
 		k, v6 := addrKey(r), !r.Is4()
-		i, lo, hi := s.lookupPrefix(vme.tenant, vme.domain, k, v6)
+		i, lo, hi := s.lookupPrefixRange(vme.tenant, vme.domain, k, v6)
+		if want := s.lookupPrefix(vme.tenant, vme.domain, r); (want == nil) != (i < 0) || (i >= 0 && want != &s.vals[i]) {
+			t.Fatalf("%v: ranged lookup %d, plain %v", r, i, want)
+		}
 		if lo.less(u128{}) || hi.less(lo) || k.less(lo) || hi.less(k) {
 			t.Fatalf("%v: range [%v, %v] does not hold the address", r, lo, hi)
 		}
 		for _, e := range []u128{lo, hi} {
-			if j, l2, h2 := s.lookupPrefix(vme.tenant, vme.domain, e, v6); j != i || l2 != lo || h2 != hi {
+			if j, l2, h2 := s.lookupPrefixRange(vme.tenant, vme.domain, e, v6); j != i || l2 != lo || h2 != hi {
 				t.Fatalf("%v: range [%v, %v] end %v answers %d [%v, %v], want %d", r, lo, hi, e, j, l2, h2, i)
 			}
 		}

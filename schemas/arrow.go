@@ -270,9 +270,10 @@ type dictColumn struct {
 // a value, up to dictCacheMax) and are kept in a pool between messages;
 // entries of another message have another gen.
 type dictCache struct {
-	gen uint32
-	str []strSlot
-	mac []macSlot
+	gen   uint32
+	str   []strSlot
+	mac   []macSlot
+	index map[string]int32 // a column's string map, kept (cleared) for the next message
 }
 
 // strSlot keys by address, not pointer: a pooled cache must not keep
@@ -320,9 +321,14 @@ func dictSlot(x uint64, size int) uint64 {
 	return (x * 0x9E3779B97F4A7C15) >> (64 - bits.TrailingZeros(uint(size)))
 }
 
-// release returns the cache to the pool.
+// release returns the cache to the pool, with the column's string map
+// cleared (it keeps its size, not the strings).
 func (c *dictColumn) release() {
 	if c.cache != nil {
+		if c.index != nil {
+			clear(c.index)
+			c.cache.index = c.index
+		}
 		dictCaches.Put(c.cache)
 		c.cache = nil
 	}
@@ -339,8 +345,8 @@ func (c *dictColumn) reset(n int, plain bool) {
 	}
 	c.keys = make([]int32, 0, n)
 	c.vals = c.vals[:0]
-	c.index = nil
 	c.release()
+	c.index = nil
 	c.lastPtr, c.lastLen = nil, -1
 	c.macs, c.macText, c.lastIsMAC = nil, nil, false
 }
@@ -437,7 +443,13 @@ func (c *dictColumn) lookup(v string) int32 {
 		k := int32(len(c.vals))
 		c.vals = append(c.vals, v)
 		if len(c.vals) > dictScan {
-			c.index = make(map[string]int32, 2*len(c.vals))
+			if c.cache == nil {
+				c.cache = newDictCache()
+			}
+			c.index, c.cache.index = c.cache.index, nil
+			if c.index == nil {
+				c.index = make(map[string]int32, 2*len(c.vals))
+			}
 			for k, d := range c.vals {
 				c.index[d] = int32(k)
 			}
@@ -471,8 +483,8 @@ func (c *dictColumn) array() arrow.Array {
 	defer dict.Release()
 	keys := int32Array(c.keys)
 	defer keys.Release()
-	c.vals, c.index = nil, nil // do not keep the records' strings alive
-	c.release()
+	c.release() // clears the map: no record's strings kept alive
+	c.vals, c.index = nil, nil
 	return array.NewDictionaryArray(wireDictType, keys, dict)
 }
 

@@ -70,8 +70,9 @@ type Engine struct {
 	lastBuild time.Duration
 
 	lateMu sync.Mutex
-	late   []heldRecord
+	late   heldRing
 	nHeld  atomic.Int64
+	work   atomic.Pointer[batchWork] // Apply's reusable state, taken while in use
 
 	kick chan struct{} // Refresh -> Run
 

@@ -349,7 +349,40 @@ func TestApplyZeroAllocForKnownRecords(t *testing.T) {
 		recs[i] = rec("fa:16:3e:00:00:10", "fa:16:3e:00:00:01", "10.0.0.10", "8.8.8.8")
 	}
 	s := fx.e.Snapshot()
-	if a := testing.AllocsPerRun(100, func() { fx.e.attribute(s, fx.clk.now(), recs) }); a != 0 {
+	w := new(batchWork)
+	if a := testing.AllocsPerRun(100, func() { fx.e.attribute(w, s, fx.clk.now(), recs) }); a != 0 {
+		t.Errorf("%v allocs per batch", a)
+	}
+}
+
+// TestApplyZeroAllocHolding: once the late-binding buffer is full and the
+// batch state has grown, a batch that holds records (and evicts as many)
+// allocates nothing either.
+func TestApplyZeroAllocHolding(t *testing.T) {
+	fx := newFixture(t, inv1, func(c *Config) { c.LateBinding.MaxRecords = 64 })
+	if err := fx.e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := make([]schemas.Flow, 256)
+	for i := range tmpl {
+		tmpl[i] = rec("fa:16:3e:00:00:10", "fa:16:3e:00:00:01", "10.0.0.10", "8.8.8.8")
+		if i%8 == 0 { // vm2: not in inv1
+			tmpl[i] = rec("fa:16:3e:00:00:20", "fa:16:3e:00:00:01", "10.0.0.20", "8.8.8.8")
+		}
+	}
+	recs := make([]schemas.Flow, len(tmpl))
+	s, w := fx.e.Snapshot(), new(batchWork)
+	run := func() {
+		copy(recs, tmpl)
+		if out := fx.e.attribute(w, s, fx.clk.now(), recs); len(out) != len(tmpl) {
+			t.Fatalf("%d records out of %d", len(out), len(tmpl))
+		}
+	}
+	for range 3 { // fill the buffer: 32 held per batch
+		copy(recs, tmpl)
+		fx.e.attribute(w, s, fx.clk.now(), recs)
+	}
+	if a := testing.AllocsPerRun(100, run); a != 0 {
 		t.Errorf("%v allocs per batch", a)
 	}
 }

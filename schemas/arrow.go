@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,6 +254,84 @@ type dictColumn struct {
 	lastMAC   uint64
 	lastIsMAC bool // the last value came through addMAC
 	macText   []byte
+	// cache answers repeated values before the maps do, once the
+	// dictionary is past dictScan: the records' strings point into the
+	// attribution snapshot (one pointer per tenant, server, port) and
+	// the same MACs recur, so a pointer or a MAC finds its entry without
+	// hashing a string.
+	cache *dictCache
+}
+
+// dictCache is a direct-mapped cache of dictionary entries by string
+// (pointer, length) and by binary MAC, for one message. A pointer and
+// length name the same bytes for the whole message (strings are
+// immutable; the MAC texts are never rewritten), as the last-value check
+// already assumes. Its tables grow with the dictionary (at most 4 slots
+// a value, up to dictCacheMax) and are kept in a pool between messages;
+// entries of another message have another gen.
+type dictCache struct {
+	gen   uint32
+	str   []strSlot
+	mac   []macSlot
+	index map[string]int32 // a column's string map, kept (cleared) for the next message
+}
+
+// strSlot keys by address, not pointer: a pooled cache must not keep
+// strings of past messages alive. Within a message the string is alive
+// (a record holds it) and the heap does not move.
+type strSlot struct {
+	p    uintptr
+	n, k int32
+	gen  uint32
+}
+
+type macSlot struct {
+	v      uint64
+	k, gen uint32
+}
+
+const dictCacheMax = 1 << 14
+
+var dictCaches = sync.Pool{New: func() any { return new(dictCache) }}
+
+func newDictCache() *dictCache {
+	d := dictCaches.Get().(*dictCache)
+	if d.gen++; d.gen == 0 { // wrapped: old entries could look current
+		clear(d.str)
+		clear(d.mac)
+		d.gen = 1
+	}
+	return d
+}
+
+// size is the table size for n dictionary values: a power of two, 4
+// slots a value, within [256, dictCacheMax]; cur when that is enough.
+func dictCacheSize(cur, n int) int {
+	if cur >= dictCacheMax || cur >= 2*n {
+		return cur
+	}
+	want := 256
+	for want < 4*n && want < dictCacheMax {
+		want *= 2
+	}
+	return want
+}
+
+func dictSlot(x uint64, size int) uint64 {
+	return (x * 0x9E3779B97F4A7C15) >> (64 - bits.TrailingZeros(uint(size)))
+}
+
+// release returns the cache to the pool, with the column's string map
+// cleared (it keeps its size, not the strings).
+func (c *dictColumn) release() {
+	if c.cache != nil {
+		if c.index != nil {
+			clear(c.index)
+			c.cache.index = c.index
+		}
+		dictCaches.Put(c.cache)
+		c.cache = nil
+	}
 }
 
 // dictScan is the dictionary size up to which add scans instead of
@@ -266,6 +345,7 @@ func (c *dictColumn) reset(n int, plain bool) {
 	}
 	c.keys = make([]int32, 0, n)
 	c.vals = c.vals[:0]
+	c.release()
 	c.index = nil
 	c.lastPtr, c.lastLen = nil, -1
 	c.macs, c.macText, c.lastIsMAC = nil, nil, false
@@ -284,6 +364,21 @@ func (c *dictColumn) addMAC(v uint64) {
 		c.keys = append(c.keys, c.lastKey)
 		return
 	}
+	var sl *macSlot
+	if len(c.macs) > dictScan {
+		if c.cache == nil {
+			c.cache = newDictCache()
+		}
+		d := c.cache
+		if n := dictCacheSize(len(d.mac), len(c.macs)); n != len(d.mac) {
+			d.mac = make([]macSlot, n)
+		}
+		if sl = &d.mac[dictSlot(v, len(d.mac))]; sl.gen == d.gen && sl.v == v {
+			c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, int32(sl.k), v, true
+			c.keys = append(c.keys, int32(sl.k))
+			return
+		}
+	}
 	k, ok := c.macs[v]
 	if !ok {
 		start := len(c.macText)
@@ -297,6 +392,9 @@ func (c *dictColumn) addMAC(v uint64) {
 		k = c.lookup(unsafe.String(&c.macText[start], 17))
 		c.macs[v] = k
 	}
+	if sl != nil {
+		sl.v, sl.k, sl.gen = v, uint32(k), c.cache.gen
+	}
 	c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, k, v, true
 	c.keys = append(c.keys, k)
 }
@@ -306,11 +404,31 @@ func (c *dictColumn) add(v string) {
 		c.s.add(v)
 		return
 	}
-	if p := unsafe.StringData(v); p == c.lastPtr && len(v) == c.lastLen {
+	p := unsafe.StringData(v)
+	if p == c.lastPtr && len(v) == c.lastLen {
 		c.keys = append(c.keys, c.lastKey)
 		return
 	}
-	k := c.lookup(v)
+	var k int32
+	if c.index == nil || p == nil { // small dictionary: the scan is as cheap
+		k = c.lookup(v)
+	} else {
+		if c.cache == nil {
+			c.cache = newDictCache()
+		}
+		d := c.cache
+		if n := dictCacheSize(len(d.str), len(c.vals)); n != len(d.str) {
+			d.str = make([]strSlot, n)
+		}
+		a := uintptr(unsafe.Pointer(p))
+		sl := &d.str[dictSlot(uint64(a)^uint64(len(v)), len(d.str))]
+		if sl.gen == d.gen && sl.p == a && int(sl.n) == len(v) {
+			k = sl.k
+		} else {
+			k = c.lookup(v)
+			*sl = strSlot{p: a, n: int32(len(v)), k: k, gen: d.gen}
+		}
+	}
 	c.lastPtr, c.lastLen, c.lastKey, c.lastIsMAC = unsafe.StringData(v), len(v), k, false
 	c.keys = append(c.keys, k)
 }
@@ -325,7 +443,13 @@ func (c *dictColumn) lookup(v string) int32 {
 		k := int32(len(c.vals))
 		c.vals = append(c.vals, v)
 		if len(c.vals) > dictScan {
-			c.index = make(map[string]int32, 2*len(c.vals))
+			if c.cache == nil {
+				c.cache = newDictCache()
+			}
+			c.index, c.cache.index = c.cache.index, nil
+			if c.index == nil {
+				c.index = make(map[string]int32, 2*len(c.vals))
+			}
 			for k, d := range c.vals {
 				c.index[d] = int32(k)
 			}
@@ -359,7 +483,8 @@ func (c *dictColumn) array() arrow.Array {
 	defer dict.Release()
 	keys := int32Array(c.keys)
 	defer keys.Release()
-	c.vals, c.index = nil, nil // do not keep the records' strings alive
+	c.release() // clears the map: no record's strings kept alive
+	c.vals, c.index = nil, nil
 	return array.NewDictionaryArray(wireDictType, keys, dict)
 }
 

@@ -169,3 +169,66 @@ func TestHostileDictionaries(t *testing.T) {
 		t.Errorf("zone of record 4 = %q, want b", got[4].Zone)
 	}
 }
+
+// TestDictionaryCache: the encoder's pointer and MAC caches (used past
+// dictScan values) never change a value. Messages mix strings shared by
+// pointer, equal strings at other addresses, thousands of distinct
+// values (the caches grow mid-message), prefixes of values (same
+// address, another length), binary MACs past the scan and
+// text MACs in the same column; each message is built from new strings
+// (addresses the pooled caches saw in an earlier message may hold other
+// values now), half of them equal to an earlier message's (a pooled
+// string map must not remember them). Every message decodes to the
+// text form of its records.
+func TestDictionaryCache(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		n, width int // records, distinct values per column
+	}{{"few values", 4000, 5}, {"past the scan", 4000, 40}, {"caches grow", 20000, 3000}, {"every record distinct", 5000, 5000}} {
+		t.Run(c.name, func(t *testing.T) {
+			enc, err := schemas.NewEncoder(schemas.CodecNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for msg := range 3 {
+				vals := make([]string, c.width)
+				for i := range vals {
+					vals[i] = fmt.Sprintf("m%d-value-%d", msg*(i%2), i) // half of them in every message
+				}
+				recs, want := make([]schemas.Flow, c.n), make([]schemas.Flow, c.n)
+				for i := range recs {
+					v := vals[(i*7+msg)%c.width]
+					switch {
+					case i%5 == 0:
+						v = strings.Clone(v) // equal bytes elsewhere
+					case i%7 == 0:
+						v = v[:len(v)-2] // a prefix: the same address, another length
+					}
+					r := schemas.Flow{Node: "cmp-1", Direction: "tx", Zone: "miss", TenantID: v, ServerID: vals[i%c.width], PortID: v, RecordIndex: int32(i)}
+					w := r
+					mac := uint64(0xfa163e000000) + uint64((i*3+msg)%c.width)
+					w.VMMAC, w.PeerMAC = schemas.FormatMAC(mac), schemas.FormatMAC(mac+1)
+					if i%4 == 0 {
+						r.VMMAC, r.PeerMAC = w.VMMAC, w.PeerMAC // text MACs in the same columns
+					} else {
+						r.Bin = schemas.FlowBin{Valid: true, Dir: schemas.DirTX, VMMAC: mac, PeerMAC: mac + 1}
+					}
+					recs[i], want[i] = r, w
+				}
+				body, err := enc.Encode(nil, recs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := schemas.NewDecoder().Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if !reflect.DeepEqual(got[i], want[i]) {
+						t.Fatalf("message %d record %d:\ngot  %+v\nwant %+v", msg, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -51,6 +51,44 @@ func (s *Snapshot) lookupPrefix(tenant, domain uint32, a netip.Addr) *rowVal {
 	return &s.vals[i]
 }
 
+// lookupPrefixRange is lookupPrefix of the address k (addrKey; v6 its
+// family) that returns the row's index into s.vals (-1: none) and the
+// range [lo, hi] around k over which every table it consulted gives the
+// same answer, so the answer holds for any address in it (Memo).
+func (s *Snapshot) lookupPrefixRange(tenant, domain uint32, k u128, v6 bool) (int32, u128, u128) {
+	var i, d int32 = -1, -1
+	lo, hi := u128{}, u128{^uint64(0), ^uint64(0)}
+	if !v6 {
+		hi = u128{0, 1<<32 - 1}
+		a := uint32(k.lo)
+		l, h := uint32(0), ^uint32(0)
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v4.lookupRange(a, &l, &h)
+		}
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v4.lookupRange(a, &l, &h)
+		}
+		if i < 0 && d < 0 {
+			i = s.tables[0].v4.lookupRange(a, &l, &h)
+		}
+		lo.lo, hi.lo = uint64(l), uint64(h)
+	} else {
+		if tenant != 0 && int(tenant) < len(s.tables) {
+			i = s.tables[tenant].v6.lookupRange(k, &lo, &hi)
+		}
+		if domain != 0 && int(domain) < len(s.domains) {
+			d = s.domains[domain].v6.lookupRange(k, &lo, &hi)
+		}
+		if i < 0 && d < 0 {
+			i = s.tables[0].v6.lookupRange(k, &lo, &hi)
+		}
+	}
+	if d >= 0 && (i < 0 || s.vals[d].bits > s.vals[i].bits) {
+		i = d
+	}
+	return i, lo, hi
+}
+
 // member names the pool member of load balancer lb at addr: the one
 // whose protocol_port is port when several share the address, else empty.
 func (s *Snapshot) member(lb string, addr netip.Addr, port uint16) (pool, member string) {
@@ -76,7 +114,7 @@ func has(list []netip.Addr, a netip.Addr) bool {
 }
 
 // Attribute attributes one record. It does not allocate and is safe for
-// concurrent use. The order of the rules is the domain reference's §1.3
+// concurrent use. AttributeMemo is the same for the records of a batch. The order of the rules is the domain reference's §1.3
 // with §2's Octavia branch:
 //
 //  1. destination MAC with the group bit → multicast (tenant still from the
@@ -89,14 +127,46 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //     global rows;
 //  5. external records get the exit label: the peer router MAC's network,
 //     else the VM port's fallback, else none.
-func (s *Snapshot) Attribute(in *Input, out *Result) {
+func (s *Snapshot) Attribute(in *Input, out *Result) { s.attribute(nil, in, out) }
+
+// AttributeMemo is Attribute through m: the same result, at one map or
+// table lookup per distinct MAC and address range m has not seen yet
+// with s. m must not be shared between goroutines.
+func (s *Snapshot) AttributeMemo(m *Memo, in *Input, out *Result) {
+	m.use(s)
+	s.attribute(m, in, out)
+}
+
+// live is the ghost check of lookupMAC on an entry the map returned.
+func live(e macEntry, ok bool, nowUS int64) bool {
+	return ok && e.ep != nil && (e.deleteAt == 0 || nowUS < e.deleteAt)
+}
+
+// attribute is Attribute with its lookups through m (nil: none).
+func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 	*out = Result{TenantID: schemas.UnknownTenant, ExternalNetwork: schemas.NoExternalNetwork, Zone: schemas.ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
-	vme, known := s.lookupMAC(in.VMMAC, in.NowUS)
+	// the memo's calls are spelled out, not wrapped: a wrapper does not
+	// inline, and Attribute without a memo should pay nothing for it
+	var vme macEntry
+	var known bool
+	if m != nil {
+		vme, known = m.mac1(s, in.VMMAC)
+	} else {
+		vme, known = s.macs[in.VMMAC]
+	}
+	known = live(vme, known, in.NowUS)
 	if in.VLAN != 0 {
 		// a tagged frame: the trunk subport of (MAC, VLAN); a VLAN no
 		// subport claims stays with the parent (the MAC's port)
-		if e, ok := s.vlans[vlanKey{in.VMMAC, in.VLAN}]; ok && e.ep != nil {
+		var e macEntry
+		var ok bool
+		if m != nil {
+			e, ok = m.vlan1(s, in.VMMAC, in.VLAN)
+		} else {
+			e, ok = s.vlans[vlanKey{in.VMMAC, in.VLAN}]
+		}
+		if ok && e.ep != nil {
 			vme, known = e, true
 		}
 	}
@@ -104,7 +174,12 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 		// Received multicast/broadcast: the tap names the receiving port.
 		if k, ok := tapKeyOf(in.Tap); ok {
 			if mac, ok := s.taps[k]; ok {
-				vme, known = s.lookupMAC(mac, in.NowUS)
+				if m != nil {
+					vme, known = m.mac1(s, mac)
+				} else {
+					vme, known = s.macs[mac]
+				}
+				known = live(vme, known, in.NowUS)
 			}
 		}
 	}
@@ -139,8 +214,14 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 			out.LBSegment = 1
 		}
 	}
-	pe, ok := s.macs[in.PeerMAC]
-	if ok && pe.ep != nil && (pe.deleteAt == 0 || in.NowUS < pe.deleteAt) {
+	var pe macEntry
+	var ok bool
+	if m != nil {
+		pe, ok = m.mac1(s, in.PeerMAC)
+	} else {
+		pe, ok = s.macs[in.PeerMAC]
+	}
+	if live(pe, ok, in.NowUS) {
 		// direct L2 between two known endpoints
 		out.PeerTenantID = s.tenants[pe.tenant]
 		same := pe.tenant == vme.tenant
@@ -173,7 +254,12 @@ func (s *Snapshot) Attribute(in *Input, out *Result) {
 	if !remote.IsValid() {
 		return // no address to classify: miss
 	}
-	r := s.lookupPrefix(vme.tenant, vme.domain, remote)
+	var r *rowVal
+	if m != nil {
+		r = m.prefix1(s, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
+	} else {
+		r = s.lookupPrefix(vme.tenant, vme.domain, remote)
+	}
 	if r == nil {
 		return
 	}

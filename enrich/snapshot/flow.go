@@ -117,8 +117,17 @@ func FlowInput(f *schemas.Flow, nowUS int64, in *Input) error {
 // AttributeInput attributes in (from FlowInput of f) at nowUS and stamps
 // the result into f. out may not be nil.
 func (s *Snapshot) AttributeInput(f *schemas.Flow, in *Input, nowUS int64, out *Result) {
+	s.AttributeInputMemo(nil, f, in, nowUS, out)
+}
+
+// AttributeInputMemo is AttributeInput through m (AttributeMemo); m nil:
+// without a memo.
+func (s *Snapshot) AttributeInputMemo(m *Memo, f *schemas.Flow, in *Input, nowUS int64, out *Result) {
 	in.NowUS = nowUS
-	s.Attribute(in, out)
+	if m != nil {
+		m.use(s)
+	}
+	s.attribute(m, in, out)
 	Stamp(f, out)
 }
 

@@ -35,6 +35,14 @@ func addrKey(a netip.Addr) u128 {
 	}
 }
 
+// sub1 is a-1; a must not be 0 (an interval start above k).
+func (a u128) sub1() u128 {
+	if a.lo == 0 {
+		return u128{a.hi - 1, ^uint64(0)}
+	}
+	return u128{a.hi, a.lo - 1}
+}
+
 // prefixRange is the first and last address of p (p masked).
 func prefixRange(p netip.Prefix) (start, end u128) {
 	start = addrKey(p.Addr())
@@ -101,6 +109,58 @@ func (t *lpm6) lookup(k u128) int32 {
 			hi = m
 		} else {
 			lo = m + 1
+		}
+	}
+	if lo == 0 {
+		return -1
+	}
+	return t.vals[lo-1]
+}
+
+// lookupRange is lookup that also narrows [*l, *h] to the interval
+// holding k, over which the answer is the same.
+func (t *lpm4) lookupRange(k uint32, l, h *uint32) int32 {
+	s := t.starts
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if k < s[m] {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo > 0 && s[lo-1] > *l {
+		*l = s[lo-1]
+	}
+	if lo < len(s) && s[lo]-1 < *h {
+		*h = s[lo] - 1
+	}
+	if lo == 0 {
+		return -1
+	}
+	return t.vals[lo-1]
+}
+
+// lookupRange is lookup that also narrows [*l, *h] to the interval
+// holding k, over which the answer is the same.
+func (t *lpm6) lookupRange(k u128, l, h *u128) int32 {
+	s := t.starts
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if k.less(s[m]) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo > 0 && l.less(s[lo-1]) {
+		*l = s[lo-1]
+	}
+	if lo < len(s) {
+		if e := s[lo].sub1(); e.less(*h) {
+			*h = e
 		}
 	}
 	if lo == 0 {

@@ -15,6 +15,7 @@ package cloudkitty
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -294,8 +295,13 @@ func (c *Client) Summary(ctx context.Context, sq SummaryQuery) ([]SummaryRow, er
 		}
 		for _, r := range page.Results {
 			row := SummaryRow{Groups: map[string]string{}}
-			row.Qty, _ = r["qty"].(float64)
-			row.Rate, _ = r["rate"].(float64)
+			var err error
+			if row.Qty, err = number(r["qty"]); err != nil {
+				return nil, fmt.Errorf("cloudkitty GET v2/summary: qty: %w", err)
+			}
+			if row.Rate, err = number(r["rate"]); err != nil {
+				return nil, fmt.Errorf("cloudkitty GET v2/summary: rate: %w", err)
+			}
 			for _, g := range sq.GroupBy {
 				if v, ok := r[g].(string); ok {
 					row.Groups[g] = v
@@ -308,6 +314,20 @@ func (c *Client) Summary(ctx context.Context, sq SummaryQuery) ([]SummaryRow, er
 		}
 		offset += len(page.Results)
 	}
+}
+
+// number reads a JSON number as gophercloud decodes it (json.Number, or
+// float64); null is 0 (CloudKitty's rate of an unpriced row).
+func number(v any) (float64, error) {
+	switch n := v.(type) {
+	case nil:
+		return 0, nil
+	case float64:
+		return n, nil
+	case json.Number:
+		return n.Float64()
+	}
+	return 0, fmt.Errorf("%v (%T) is not a number", v, v)
 }
 
 type metrics struct {

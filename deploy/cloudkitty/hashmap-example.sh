@@ -9,7 +9,7 @@
 #
 # Prices (a currency unit per GB), overridable:
 #   ZONE_PRICES      "zone=price ..."          default "same_tenant=0.002 other_tenant=0.01 shared=0.01"
-#   EXTERNAL_PRICES  "external_network=price ..." default "public=0.05"
+#   EXTERNAL_PRICES  "external_network=price ..." default "public=0.05 transit=0.08"
 # external_network holds tapflow's label of the exit network (docs/attribution.md);
 # zones without a mapping (external without a priced network, infra, multicast,
 # miss) are rated 0. Each zone's traffic matches exactly one mapping: an
@@ -26,11 +26,12 @@
 # metrics.yml (tapflow_bytes: the bytes below 1e9; tapflow_bytes_e9: the
 # whole 1e9s) get the same mappings.
 #
-# Idempotent only on an empty hashmap: it creates services and mappings.
+# Idempotent: a service of the same name is deleted first (with its fields and
+# mappings), so running it again applies the prices given now.
 set -euo pipefail
 : "${CLOUDKITTY_URL:?set CLOUDKITTY_URL (the rating endpoint)}"
 ZONE_PRICES=${ZONE_PRICES:-"same_tenant=0.002 other_tenant=0.01 shared=0.01"}
-EXTERNAL_PRICES=${EXTERNAL_PRICES:-"public=0.05"}
+EXTERNAL_PRICES=${EXTERNAL_PRICES:-"public=0.05 transit=0.08"}
 SERVICES=(tapflow_bytes tapflow_bytes_e9)
 
 if [[ -z ${OS_TOKEN:-} ]]; then
@@ -52,8 +53,12 @@ per_byte() { # PRICE_PER_GB -> cost per byte, exact
 	echo "scale=40; $1 / 1000000000" | bc | sed 's/^\./0./; s/0*$//; s/\.$//'
 }
 
-api PUT /modules/hashmap '{"enabled": true}' >/dev/null
+api PUT /modules/hashmap '{"module_id": "hashmap", "enabled": true}' >/dev/null
 for svc in "${SERVICES[@]}"; do
+	old=$(api GET /module_config/hashmap/services | jq -r --arg n "$svc" '.services[] | select(.name == $n) | .service_id')
+	for id in $old; do
+		api DELETE "/module_config/hashmap/services/$id" >/dev/null
+	done
 	sid=$(api POST /module_config/hashmap/services "{\"name\": \"$svc\"}" | jq -r .service_id)
 	for field in zone external_network; do
 		fid=$(api POST /module_config/hashmap/fields "{\"service_id\": \"$sid\", \"name\": \"$field\"}" | jq -r .field_id)

@@ -105,15 +105,23 @@ CONF
 bg influxd /usr/bin/influxd -config "$S/influxdb/influxdb.conf"
 
 # ---------- Keystone: user, role, catalog ----------
+# SQLite in WAL mode: oslo.db sessions that are never closed keep a read
+# transaction open until Python's garbage collector ends them; with the
+# default rollback journal that read lock makes every other write fail
+# with "database is locked" (Keystone's writes, and CloudKitty's api vs
+# processor). In WAL mode readers never block a writer. Set while
+# Keystone is stopped (journal_mode needs the file to itself).
+"$HERE/service.sh" "$S" stop keystone
+sqlite3 "$S/keystone/keystone.db" 'PRAGMA journal_mode=WAL;' >/dev/null || fail "keystone.db: journal_mode=WAL failed"
+"$HERE/service.sh" "$S" start keystone
 wait_http "$KEYSTONE_URL/v3" keystone
 AUTH='{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"id":"default"},"password":"'"$OS_PASSWORD"'"}}},"scope":{"project":{"name":"admin","domain":{"id":"default"}}}}}'
 TOKEN=$(curl -sf -D - -o /dev/null -H 'Content-Type: application/json' -X POST "$KEYSTONE_URL/v3/auth/tokens" -d "$AUTH" |
 	awk 'tolower($1)=="x-subject-token:"{print $2}' | tr -d '\r')
 [[ -n $TOKEN ]] || fail "keystone: admin token not issued"
-# ks METHOD PATH [BODY]: a Keystone admin call. Keystone on SQLite can keep
-# a read statement open on a pooled connection, after which every write
-# fails with "database is locked" (HTTP 500) until it restarts; a failed
-# call restarts it (service.sh) and retries.
+# ks METHOD PATH [BODY]: a Keystone admin call. Should a write still fail
+# with "database is locked" (HTTP 500), restart Keystone (service.sh),
+# which ends its open transactions, and retry.
 ks() {
 	local out
 	for _ in 1 2 3 4; do
@@ -154,8 +162,8 @@ cat >"$S/cloudkitty/cloudkitty.conf" <<CONF
 auth_strategy = keystone
 # only the API's scope-reset cast uses RPC; nothing else crosses processes
 transport_url = fake:/
-log_dir = $S/log
-use_stderr = false
+# logs go to stderr: bg writes them to log/NAME.log
+use_stderr = true
 api_paste_config = /etc/cloudkitty/api_paste.ini
 [database]
 connection = sqlite:///$S/cloudkitty/cloudkitty.db?timeout=30
@@ -178,7 +186,8 @@ wait_periods = 1
 metrics_conf = $S/cloudkitty/metrics.yml
 scope_key = project_id
 [collector_prometheus]
-prometheus_url = $PROM
+# the collector appends /query to this
+prometheus_url = $PROM/api/v1
 [storage]
 version = 2
 backend = influxdb
@@ -196,6 +205,7 @@ lock_path = $S/lock
 CONF
 CKCONF=(--config-file "$S/cloudkitty/cloudkitty.conf")
 cloudkitty-dbsync "${CKCONF[@]}" upgrade >"$S/log/cloudkitty-setup.log" 2>&1 || fail "cloudkitty-dbsync failed (log/cloudkitty-setup.log)"
+sqlite3 "$S/cloudkitty/cloudkitty.db" 'PRAGMA journal_mode=WAL;' >/dev/null || fail "cloudkitty.db: journal_mode=WAL failed" # as keystone.db above
 wait_http "$INFLUX/ping" influxd
 curl -sf -X POST "$INFLUX/query" --data-urlencode 'q=CREATE DATABASE cloudkitty' >/dev/null || fail "influxdb: CREATE DATABASE failed"
 cloudkitty-storage-init "${CKCONF[@]}" >>"$S/log/cloudkitty-setup.log" 2>&1 || fail "cloudkitty-storage-init failed (log/cloudkitty-setup.log)"

@@ -41,7 +41,7 @@ import (
 )
 
 var (
-	scripts, _ = filepath.Abs(filepath.Join("..", "..", "deploy", "openstack-testbed"))
+	scripts, _  = filepath.Abs(filepath.Join("..", "..", "deploy", "openstack-testbed"))
 	deployCK, _ = filepath.Abs(filepath.Join("..", "..", "deploy", "cloudkitty"))
 )
 

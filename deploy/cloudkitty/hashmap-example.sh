@@ -43,10 +43,20 @@ if [[ -z ${OS_TOKEN:-} ]]; then
 		awk 'tolower($1)=="x-subject-token:"{print $2}' | tr -d '\r')
 	[[ -n $OS_TOKEN ]] || { echo "$0: keystone did not issue a token" >&2; exit 1; }
 fi
-api() { # METHOD PATH [BODY]
-	curl -sf -H 'Content-Type: application/json' -H "X-Auth-Token: $OS_TOKEN" -X "$1" \
-		"${CLOUDKITTY_URL%/}/v1/rating$2" ${3:+-d "$3"} ||
-		{ echo "$0: $1 $2 failed (is the token's user admin?)" >&2; exit 1; }
+api() { # METHOD PATH [BODY]; a 5xx (e.g. a database busy) is retried: nothing was written
+	local out code
+	for _ in 1 2 3 4 5; do
+		out=$(curl -s -w '\n%{http_code}' -H 'Content-Type: application/json' -H "X-Auth-Token: $OS_TOKEN" -X "$1" \
+			"${CLOUDKITTY_URL%/}/v1/rating$2" ${3:+-d "$3"}) || out=$'\n000'
+		code=${out##*$'\n'}
+		case $code in
+		2?? | 3??) printf '%s' "${out%$'\n'*}"; return 0 ;;
+		5?? | 000) sleep 1 ;;
+		*) break ;;
+		esac
+	done
+	echo "$0: $1 $2: HTTP $code: ${out%$'\n'*} (is the token's user admin?)" >&2
+	exit 1
 }
 per_byte() { # PRICE_PER_GB -> cost per byte, exact
 	[[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "$0: price \"$1\" is not a decimal number" >&2; exit 1; }

@@ -313,8 +313,8 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 		t.Logf("hashmap-example.sh:\n%s", out)
 	}
 
-	// The hour: closed three hours ago, so CloudKitty (wait_periods 1)
-	// rates it and the next one, and a reprocess of it is allowed
+	// The hour: it started three hours ago, so CloudKitty (wait_periods 2:
+	// period P is rated after P+2h) rates it and the next one, and a reprocess of it is allowed
 	// (CloudKitty reprocesses only up to a scope's last rated period).
 	hour := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
 	data := map[string][]series{ids[0]: traffic(0), ids[1]: traffic(17)}

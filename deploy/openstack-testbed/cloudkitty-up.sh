@@ -180,9 +180,10 @@ $KSAUTH
 [collect]
 collector = prometheus
 period = 3600
-# tapflow publishes an hour only after it closed and settled (billing.settle):
-# rate hour H from H+2h on
-wait_periods = 1
+# CloudKitty's default: the period starting at H is rated once now > H +
+# wait_periods x period, i.e. from H+2h, an hour after it ended; tapflow
+# publishes H at H+1h+billing.settle (11m10s by default)
+wait_periods = 2
 metrics_conf = $S/cloudkitty/metrics.yml
 scope_key = project_id
 [collector_prometheus]

@@ -213,6 +213,7 @@ func builtProcesses(t *testing.T) []process {
 		t.Fatalf("s3 output: %v", err)
 	}
 	out = append(out, gatheredProcess(t, "s3 output", reg))
+	out = append(out, billingProcess(t))
 	return out
 }
 
@@ -261,6 +262,9 @@ var lossCounters = []string{
 	"tapflow_inventory_errors_total",
 	"tapflow_s3_upload_failures_total",
 	"tapflow_synthetic_batches_nacked_total",
+	"tapflow_billing_publish_errors_total",
+	"tapflow_billing_corrector_errors_total",
+	"tapflow_billing_pass_errors_total",
 }
 
 // perInterface are the loss counters labelled by interface: their series

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/bpf/capture"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/internal/units"
@@ -48,6 +49,8 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
+	// Billing publishes exact hourly usage for CloudKitty (docs/billing.md).
+	Billing BillingConfig `yaml:"billing"`
 }
 
 // AttributionConfig is the `attribution:` section (see enrich.Config).
@@ -126,6 +129,7 @@ func Default() Config {
 		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: consume.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
+		Billing:   BillingConfig{Usage: usage.DefaultConfig()},
 	}
 }
 

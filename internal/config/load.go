@@ -198,6 +198,7 @@ func (c *Config) Resolve() {
 		c.Collector.Parquet.Output = c.DataDir
 	}
 	c.resolveOutput()
+	c.resolveBilling()
 	if c.Collector.Parquet.Writer == "" {
 		c.Collector.Parquet.Writer = c.Node
 	}
@@ -265,6 +266,7 @@ func (c Config) Validate() error {
 	e.Merge("collector", c.Collector.Parquet.Validate())
 	e.Merge("collector", c.Collector.Consumer.Validate(c.Collector.Parquet.RollAge.D()))
 	c.validateOutput(&e)
+	e.Merge("billing", c.Billing.Usage.Validate())
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)

@@ -220,7 +220,9 @@ func checkFiles(t *testing.T, uid, gid int) {
 		{"/usr/lib/systemd/system/tapflow-collector.service", 0o644, 0, 0},
 		{"/usr/lib/systemd/system/tapflow.service", 0o644, 0, 0},
 		{"/usr/lib/systemd/system/tapflow-inventory.service", 0o644, 0, 0},
+		{"/usr/lib/systemd/system/tapflow-billing.service", 0o644, 0, 0},
 		{"/usr/share/doc/tapflow/operations.md", 0o644, 0, 0},
+		{"/usr/share/doc/tapflow/billing.md", 0o644, 0, 0},
 	} {
 		st, err := os.Stat(f.path)
 		if err != nil {

@@ -30,6 +30,7 @@ var units = []struct {
 	{"tapflow-collector.service", "/usr/bin/tapflow collector --config /etc/tapflow/tapflow.yaml", nil, []string{"AF_INET", "AF_INET6"}},
 	{"tapflow.service", "/usr/bin/tapflow run --config /etc/tapflow/tapflow.yaml", nil, []string{"AF_INET", "AF_INET6"}},
 	{"tapflow-inventory.service", "/usr/bin/tapflow inventory serve --config /etc/tapflow/tapflow.yaml", nil, []string{"AF_INET", "AF_INET6"}},
+	{"tapflow-billing.service", "/usr/bin/tapflow billing run --config /etc/tapflow/tapflow.yaml --metrics-listen 127.0.0.1:9467", nil, []string{"AF_INET", "AF_INET6"}},
 }
 
 // hardening is what every unit sets, whatever it runs.

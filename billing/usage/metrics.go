@@ -1,0 +1,38 @@
+package usage
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics exist at 0 from the start (the publisher registers them all).
+type metrics struct {
+	published, held, corrections    prometheus.Counter
+	publishErrors, correctorErrors  prometheus.Counter
+	passes, passErrors              prometheus.Counter
+	heldNow, lag, lastPublishedHour prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	return &metrics{
+		published:       c("tapflow_billing_hours_published_total", "Closed hours published for the first time (revision 0), audit passed."),
+		held:            c("tapflow_billing_hours_held_back_total", "Times a closed hour was held back (not published) because its conservation audit failed or it has no meters; retried at every pass."),
+		corrections:     c("tapflow_billing_corrections_published_total", "Corrections published: revisions ≥ 1 of an hour whose totals changed after it was published (a late file)."),
+		publishErrors:   c("tapflow_billing_publish_errors_total", "Remote writes that failed (the hour is retried at the next pass)."),
+		correctorErrors: c("tapflow_billing_corrector_errors_total", "Corrections the rating side (CloudKitty reprocess) did not take; retried at every pass."),
+		passes:          c("tapflow_billing_passes_total", "Passes over the closed hours."),
+		passErrors:      c("tapflow_billing_pass_errors_total", "Passes that stopped on an error reading the data or the state (the hours not reached are retried at the next pass)."),
+		heldNow:         g("tapflow_billing_hours_held_back", "Closed hours currently held back by a failed audit (inside billing.lookback)."),
+		lag:             g("tapflow_billing_publish_lag_seconds", "Seconds from the end of the last hour published for the first time to its publication."),
+		lastPublishedHour: g("tapflow_billing_last_published_hour_timestamp_seconds",
+			"End of the newest hour published (Unix seconds); 0 before the first."),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.published, m.held, m.corrections, m.publishErrors, m.correctorErrors, m.passes, m.passErrors,
+		m.heldNow, m.lag, m.lastPublishedHour}
+}

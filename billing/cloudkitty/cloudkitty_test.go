@@ -35,9 +35,15 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/users"
 
 	"github.com/tapflow/tapflow/billing/cloudkitty"
+	"github.com/tapflow/tapflow/billing/promwrite"
+	"github.com/tapflow/tapflow/billing/usage"
 	testbed "github.com/tapflow/tapflow/deploy/openstack-testbed"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/internal/config"
+	"github.com/tapflow/tapflow/internal/dataset"
+	"github.com/tapflow/tapflow/internal/testkit/billingdata"
 	"github.com/tapflow/tapflow/internal/testkit/prereq"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 var (
@@ -49,7 +55,7 @@ var (
 // (its defaults plus a second external network).
 var (
 	zonePrices     = map[string]string{"same_tenant": "0.002", "other_tenant": "0.01", "shared": "0.01"}
-	externalPrices = map[string]string{"public": "0.05", "transit": "0.08"}
+	externalPrices = map[string]string{billingdata.External1: "0.05", billingdata.External2: "0.08"}
 )
 
 // series is one tapflow_billed_bytes series of the test hour.
@@ -58,18 +64,18 @@ type series struct {
 	bytes                       int64
 }
 
-// traffic is the hour of each project: every zone kind, two external
-// networks, totals above and below 1e9 (the collector's 9 significant
-// digits: metrics.yml splits them).
-func traffic(variant int64) []series {
+// bigTraffic is an hour of large totals, above and below 1e9 (the
+// collector's 9 significant digits: metrics.yml splits them), for a third
+// project; billingdata's records are far smaller.
+func bigTraffic(variant int64) []series {
 	return []series{
 		{"same_tenant", "egress", "none", "none", 734_219_871 + variant},
 		{"same_tenant", "ingress", "none", "none", 5_123_456_789_012 + variant},
 		{"shared", "egress", "none", "none", 48_000_000_001 + variant},
-		{"external", "egress", "public", "none", 1_234_567_891_234 + variant},
-		{"external", "ingress", "public", "none", 999_999_999 + variant},
-		{"external", "egress", "transit", "none", 77_777_777_777 + variant},
-		{"external", "ingress", "transit", "lb-0001", 3_000_000_000 + variant},
+		{"external", "egress", billingdata.External1, "none", 1_234_567_891_234 + variant},
+		{"external", "ingress", billingdata.External1, "none", 999_999_999 + variant},
+		{"external", "egress", billingdata.External2, "none", 77_777_777_777 + variant},
+		{"external", "ingress", billingdata.External2, "lb-0001", 3_000_000_000 + variant},
 		{"infra", "egress", "none", "none", 12_345 + variant},
 	}
 }
@@ -262,6 +268,18 @@ func abs(f float64) float64 {
 	return f
 }
 
+// TestCloudKittyRatesExactHour: the chain from Parquet to CloudKitty's
+// bill, every part real. Projects A and B: the collector output of
+// internal/testkit/billingdata (two projects; same_tenant, shared,
+// external over two external networks, infra, an LB), published for hour
+// H by billing/usage (audit gate, exact totals, remote write to
+// Prometheus) with this package as its Corrector. Project C: an hour of
+// totals above 1e9 written through billing/promwrite as usage would, to
+// show metrics.yml's split. CloudKitty's processor rates H; GET
+// /v2/summary must give every (project, zone, external network) its exact
+// bytes and bytes x price. Then a late file for A (usage publishes the
+// differences and calls the Corrector: POST /v2/task/reprocesses) and a
+// correction for C; after CloudKitty's reprocess the summary follows.
 func TestCloudKittyRatesExactHour(t *testing.T) {
 	dir, env := testbedEnv(t)
 	for _, k := range []string{"OS_AUTH_URL", "OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME", "OS_USER_DOMAIN_ID", "OS_PROJECT_DOMAIN_ID", "OS_REGION_NAME"} {
@@ -272,7 +290,7 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 
-	// Keystone: two projects billed by CloudKitty (the keystone fetcher
+	// Keystone: three projects billed by CloudKitty (its keystone fetcher
 	// rates projects where its user holds the rating role).
 	pc, eo, err := openstack.Session(ctx, openstack.Config{Interface: "internal", Timeout: 60_000_000_000})
 	if err != nil {
@@ -287,7 +305,7 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
 	names := map[string]string{}
 	var ids []string
-	for _, n := range []string{"A", "B"} {
+	for _, n := range []string{"A", "B", "C"} {
 		var id string
 		keystoneWrite(t, dir, env["KEYSTONE_URL"], "create project "+n, func() error {
 			p, err := projects.Create(ctx, ident, projects.CreateOpts{Name: "tapflow-kitty-" + n + "-" + suffix, DomainID: "default"}).Extract()
@@ -302,8 +320,9 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 		names[id] = n
 		ids = append(ids, id)
 	}
+	pA, pB, pC := ids[0], ids[1], ids[2]
 
-	// Prices: the shipped example script with two external networks.
+	// Prices: the shipped example script, for billingdata's two external networks.
 	hm := exec.CommandContext(ctx, filepath.Join(deployCK, "hashmap-example.sh"))
 	hm.Env = append(os.Environ(), "CLOUDKITTY_URL="+env["CLOUDKITTY_URL"],
 		"ZONE_PRICES="+kv(zonePrices), "EXTERNAL_PRICES="+kv(externalPrices))
@@ -313,18 +332,58 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 		t.Logf("hashmap-example.sh:\n%s", out)
 	}
 
-	// The hour: it started three hours ago, so CloudKitty (wait_periods 2:
-	// period P is rated after P+2h) rates it and the next one, and a reprocess of it is allowed
-	// (CloudKitty reprocesses only up to a scope's last rated period).
-	hour := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
-	data := map[string][]series{ids[0]: traffic(0), ids[1]: traffic(17)}
-	var samples []sample
-	for _, id := range ids {
-		for _, s := range data[id] {
-			samples = append(samples, sample{labels: labels(id, s), value: float64(s.bytes), ts: hour.Add(time.Hour - time.Millisecond)})
-		}
+	c, err := cloudkitty.New(cloudkitty.Config{Interface: "internal"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := pushRemoteWrite(ctx, env["PROMETHEUS_URL"], samples); err != nil {
+	defer c.Close()
+
+	// The hour: it started three hours ago, so CloudKitty (wait_periods 2:
+	// period P is rated after P+2h) rates it and the next one, and a
+	// reprocess of it is allowed (CloudKitty reprocesses only up to a
+	// scope's last rated period).
+	hour := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+
+	// A and B: Parquet as the collector writes it, their Keystone IDs as tenants.
+	tenants := map[string]string{billingdata.ProjectA: pA, billingdata.ProjectB: pB}
+	data := t.TempDir()
+	gen := func(spec billingdata.Spec) []schemas.Flow {
+		d := billingdata.Generate(spec)
+		for i := range d.Flows {
+			d.Flows[i].TenantID = tenants[d.Flows[i].TenantID]
+		}
+		if err := billingdata.Write(ctx, data, d, nil); err != nil {
+			t.Fatal(err)
+		}
+		return d.Flows
+	}
+	flows := gen(billingdata.Spec{Start: hour.Add(-10 * time.Minute), Span: time.Hour + 20*time.Minute})
+	cfg, err := config.Parse([]byte(fmt.Sprintf("data_dir: %s\nbilling:\n  prometheus:\n    url: %s/api/v1/write\n", data, env["PROMETHEUS_URL"])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Billing.Usage
+	out, err := dataset.Open(ctx, u.Data, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := promwrite.New(u.Prometheus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	pub, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: c, RatedAfter: u.RatedAfter.D()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if o, err := pub.Hour(ctx, hour); err != nil || o.Action != usage.ActPublished {
+		t.Fatalf("usage: publishing %s: %+v, %v", hour.Format("2006-01-02T15"), o, err)
+	}
+
+	// C: large totals, revision 0 as usage writes it.
+	bigC := bigTraffic(0)
+	if err := w.Write(ctx, promSeries(pC, hour, 0, bigC)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -340,57 +399,66 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 		}
 	}
 	service(t, dir, "start", "cloudkitty-processor")
-
-	c, err := cloudkitty.New(cloudkitty.Config{Interface: "internal"}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	waitRated(t, ctx, c, ids, hour.Add(time.Hour))
 	t.Logf("CloudKitty rated the hour %s after %s", hour.Format("2006-01-02T15"), time.Since(start).Round(time.Second))
 
-	exp := expected(t, data)
+	want := func(flows []schemas.Flow, big []series) map[rowKey]*expectation {
+		all := map[string][]series{pC: big}
+		for _, tot := range billingdata.Expected(flows, hour) {
+			all[tot.Project] = append(all[tot.Project], series{tot.Zone, tot.Direction, tot.ExternalNetwork, tot.LB, tot.Bytes})
+		}
+		return expected(t, all)
+	}
+	exp := want(flows, bigC)
 	table, bad := compare(t, names, exp, rated(t, ctx, c, hour, ids))
 	t.Logf("CloudKitty GET /v2/summary for %s vs tapflow's exact hour (bytes; price = bytes x price per GB / 1e9):\n%s", hour.Format("2006-01-02T15Z"), table)
 	if bad > 0 {
 		t.Fatalf("%d row(s) differ", bad)
 	}
 
-	// A late correction: project A's public egress grows by 1,000,000,007
-	// bytes (crossing a 1e9 boundary) and its infra by 1. Revision 1 per
-	// the billing contract: the differences at H+1h-2ms.
-	corr := []series{
-		{"external", "egress", "public", "none", 1_000_000_007},
-		{"infra", "egress", "none", "none", 1},
-	}
-	samples = samples[:0]
-	for _, s := range corr {
-		samples = append(samples, sample{labels: labels(ids[0], s), value: float64(s.bytes), ts: hour.Add(time.Hour - 2*time.Millisecond)})
-	}
-	if err := pushRemoteWrite(ctx, env["PROMETHEUS_URL"], samples); err != nil {
-		t.Fatal(err)
-	}
-	data[ids[0]] = append(data[ids[0]], corr...)
+	// Corrections. A: a late file (another agent, project A's VM) in H;
+	// usage publishes the differences and calls the Corrector, which asks
+	// CloudKitty to reprocess A's hour. C: its public egress grows by
+	// 1,000,000,007 bytes (crossing a 1e9 boundary), revision 1.
 	corrStart := time.Now()
-	if err := c.Corrected(ctx, hour, []string{ids[0]}); err != nil {
+	flows = append(flows, gen(billingdata.Spec{Start: hour.Add(20 * time.Minute), Span: 10 * time.Minute, Nodes: 1, Taps: 1, First: 3, Seed: 2})...)
+	if o, err := pub.Hour(ctx, hour); err != nil || o.Action != usage.ActCorrected {
+		t.Fatalf("usage: the late file: %+v, %v", o, err)
+	}
+	corr := []series{{"external", "egress", billingdata.External1, "none", 1_000_000_007}}
+	if err := w.Write(ctx, promSeries(pC, hour, 1, corr)); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Corrected(ctx, hour, []string{pC}); err != nil {
+		t.Fatal(err)
+	}
+	bigC = append(bigC, corr...)
 	// CloudKitty's reprocessor picks schedules up on its next pass, one
 	// period (an hour) later: restart it so that pass is now.
 	service(t, dir, "stop", "cloudkitty-processor")
 	service(t, dir, "start", "cloudkitty-processor")
-	exp = expected(t, data)
-	want := exp[rowKey{ids[0], "external", "public"}].bytes
+	exp = want(flows, bigC)
 	waitFor(t, 8*time.Minute, "the reprocessed summary", func() (bool, string) {
-		got := rated(t, ctx, c, hour, ids)[rowKey{ids[0], "external", "public"}]
-		return got[0] == float64(want), fmt.Sprintf("A external public qty %.0f, want %d", got[0], want)
+		got := rated(t, ctx, c, hour, ids)
+		_, bad := compare(t, names, exp, got)
+		return bad == 0, fmt.Sprintf("%d rows differ", bad)
 	})
-	table, bad = compare(t, names, exp, rated(t, ctx, c, hour, ids))
-	t.Logf("after the late correction and POST /v2/task/reprocesses (%s):\n%s", time.Since(corrStart).Round(time.Second), table)
-	if bad > 0 {
-		t.Fatalf("%d row(s) differ after the reprocess", bad)
-	}
+	table, _ = compare(t, names, exp, rated(t, ctx, c, hour, ids))
+	t.Logf("after the late file (A), a correction (C) and POST /v2/task/reprocesses (%s):\n%s", time.Since(corrStart).Round(time.Second), table)
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// promSeries is revision rev of hour h for project p, as billing/usage
+// writes it (usage.SampleTime).
+func promSeries(p string, h time.Time, rev int, ss []series) []promwrite.Series {
+	var out []promwrite.Series
+	for _, s := range ss {
+		out = append(out, promwrite.NewSeries(usage.BytesMetric, []promwrite.Label{
+			{Name: "project_id", Value: p}, {Name: "zone", Value: s.zone}, {Name: "direction", Value: s.direction},
+			{Name: "external_network", Value: s.extnet}, {Name: "lb_id", Value: s.lb},
+		}, promwrite.Sample{Value: float64(s.bytes), TimestampMs: usage.SampleTime(h, rev)}))
+	}
+	return out
 }
 
 // waitRated waits until CloudKitty rated every scope up to (the period
@@ -412,11 +480,6 @@ func waitRated(t *testing.T, ctx context.Context, c *cloudkitty.Client, ids []st
 		}
 		return done == len(ids), strings.Join(state, " ")
 	})
-}
-
-func labels(project string, s series) map[string]string {
-	return map[string]string{"__name__": "tapflow_billed_bytes", "project_id": project, "zone": s.zone,
-		"direction": s.direction, "external_network": s.extnet, "lb_id": s.lb}
 }
 
 func kv(m map[string]string) string {

@@ -43,8 +43,8 @@ type Client struct {
 }
 
 // New validates cfg and returns a client; nothing is contacted until the
-// first call. reg may be nil (a private registry).
-func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+// first call. Its metrics are in Collectors (the caller registers them).
+func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -54,15 +54,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("cloudkitty metrics: %w", err)
-	}
-	return &Client{cfg: cfg, log: log.With("component", "billing", "sink", "cloudkitty"), m: m}, nil
+	return &Client{cfg: cfg, log: log.With("component", "billing", "sink", "cloudkitty"), m: newMetrics()}, nil
 }
+
+// Collectors are the client's metrics, every series at 0 from the start.
+func (c *Client) Collectors() []prometheus.Collector { return []prometheus.Collector{c.m.reprocess} }
 
 // Close releases nothing yet; it is here so the client fits the
 // constructor/Close convention of tapflow's components.
@@ -334,7 +330,7 @@ type metrics struct {
 	reprocess *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics() *metrics {
 	m := &metrics{reprocess: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tapflow_billing_cloudkitty_reprocess_projects_total",
 		Help: "Projects of corrected hours by what the CloudKitty hook did: scheduled (POST /v2/task/reprocesses accepted), not_rated_yet (CloudKitty had not rated the hour: it reads the corrected total itself), failed (the bill keeps the old total until retried).",
@@ -342,8 +338,5 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"scheduled", "not_rated_yet", "failed"} {
 		m.reprocess.WithLabelValues(r)
 	}
-	if err := reg.Register(m.reprocess); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m
 }

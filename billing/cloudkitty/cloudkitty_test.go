@@ -332,7 +332,7 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 		t.Logf("hashmap-example.sh:\n%s", out)
 	}
 
-	c, err := cloudkitty.New(cloudkitty.Config{Interface: "internal"}, nil, nil)
+	c, err := cloudkitty.New(cloudkitty.Config{Interface: "internal"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,10 +38,10 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewValidatesAndContactsNothing(t *testing.T) {
-	if _, err := New(Config{Interface: "x"}, nil, nil); err == nil {
+	if _, err := New(Config{Interface: "x"}, nil); err == nil {
 		t.Fatal("New accepted an invalid config")
 	}
-	c, err := New(Config{Endpoint: "http://127.0.0.1:9"}, nil, nil)
+	c, err := New(Config{Endpoint: "http://127.0.0.1:9"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

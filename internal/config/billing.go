@@ -3,6 +3,7 @@ package config
 import (
 	"path/filepath"
 
+	"github.com/tapflow/tapflow/billing/cloudkitty"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/internal/units"
 )
@@ -11,6 +12,9 @@ import (
 // for CloudKitty (billing/usage). Each billing component owns one field.
 type BillingConfig struct {
 	Usage usage.Config `yaml:",inline"`
+	// CloudKitty is the reprocess hook told about corrections
+	// (billing/cloudkitty).
+	CloudKitty cloudkitty.Config `yaml:"cloudkitty"`
 }
 
 // resolveBilling fills billing.data (collector.output), billing.state_dir

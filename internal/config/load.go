@@ -267,6 +267,7 @@ func (c Config) Validate() error {
 	e.Merge("collector", c.Collector.Consumer.Validate(c.Collector.Parquet.RollAge.D()))
 	c.validateOutput(&e)
 	e.Merge("billing", c.Billing.Usage.Validate())
+	e.Merge("", c.Billing.CloudKitty.Validate()) // its messages name billing.cloudkitty.*
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)

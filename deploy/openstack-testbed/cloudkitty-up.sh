@@ -54,11 +54,16 @@ wait_http() { # URL NAME
 	for _ in $(seq 1 480); do curl -s -o /dev/null --max-time 2 "$1" && return 0; sleep 0.25; done
 	fail "$2 did not answer on $1 within 120s"
 }
-bg() { # NAME CMD...: as up.sh (own process group, cmd/NAME for service.sh)
+# bg NAME CMD...: as up.sh (own process group, cmd/NAME for service.sh), but
+# cmd/NAME execs: cloudkitty-processor (cotyledon) calls setsid(), which
+# would take it out of the process group service.sh and down.sh signal
+# unless it already leads its own session.
+bg() {
 	local name=$1
 	shift
 	{
 		printf 'export PYTHONPATH=%q\n' ""
+		printf 'exec '
 		printf '%q ' "$@"
 		echo
 	} >"$S/cmd/$name"

@@ -86,8 +86,19 @@ func (c *Client) service(ctx context.Context) (*gophercloud.ServiceClient, error
 	return c.sc, nil
 }
 
-// call runs one request; errors carry the method, path and CloudKitty's
-// own message (never the token).
+// APIError is CloudKitty's refusal of a request: the method, path, HTTP
+// status and CloudKitty's own message (never the token).
+type APIError struct {
+	Method, Path string
+	Status       int
+	Message      string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("cloudkitty %s %s: HTTP %d: %s", e.Method, e.Path, e.Status, e.Message)
+}
+
+// call runs one request.
 func (c *Client) call(ctx context.Context, method, path string, q url.Values, body, out any, ok ...int) error {
 	sc, err := c.service(ctx)
 	if err != nil {
@@ -97,7 +108,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	opts := &gophercloud.RequestOpts{JSONBody: body, OkCodes: ok, KeepResponseBody: false}
+	opts := &gophercloud.RequestOpts{JSONBody: body, OkCodes: ok}
 	if out != nil {
 		opts.JSONResponse = out
 	}
@@ -106,9 +117,9 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 		var rcp *gophercloud.ErrUnexpectedResponseCode
 		switch {
 		case errors.As(err, &rc):
-			return fmt.Errorf("cloudkitty %s %s: HTTP %d: %s", method, path, rc.Actual, short(rc.Body))
+			return &APIError{method, path, rc.Actual, short(rc.Body)}
 		case errors.As(err, &rcp):
-			return fmt.Errorf("cloudkitty %s %s: HTTP %d: %s", method, path, rcp.Actual, short(rcp.Body))
+			return &APIError{method, path, rcp.Actual, short(rcp.Body)}
 		}
 		return fmt.Errorf("cloudkitty %s %s: %w", method, path, err)
 	}
@@ -149,8 +160,8 @@ func (c *Client) Scopes(ctx context.Context, ids []string) ([]Scope, error) {
 			Results []Scope `json:"results"`
 		}
 		if err := c.call(ctx, "GET", "v2/scope", q, nil, &page, 200); err != nil {
-			// CloudKitty answers 404 when no scope matches
-			if strings.Contains(err.Error(), "HTTP 404") {
+			var ae *APIError
+			if errors.As(err, &ae) && ae.Status == 404 { // CloudKitty's answer when no scope matches
 				return all, nil
 			}
 			return nil, err
@@ -201,6 +212,48 @@ func (c *Client) Reprocess(ctx context.Context, scopes []string, start, end time
 	return c.call(ctx, "POST", "v2/task/reprocesses", nil, body, nil, 202)
 }
 
+// pending returns the scopes with a reprocess schedule that will still
+// rate hour: it covers the hour and has not passed it. CloudKitty refuses
+// an overlapping schedule, and the pending one reads Prometheus' current
+// sum when it gets there. The newest 100 schedules of the scopes are
+// read (CloudKitty lists them newest first; pending ones are the newest).
+func (c *Client) pending(ctx context.Context, scopes []string, hour time.Time) (map[string]bool, error) {
+	var page struct {
+		Results []struct {
+			Scope   string `json:"scope_id"`
+			Start   string `json:"start_reprocess_time"`
+			End     string `json:"end_reprocess_time"`
+			Current string `json:"current_reprocess_time"`
+		} `json:"results"`
+	}
+	q := url.Values{"scope_ids": {strings.Join(scopes, ",")}, "limit": {"100"}}
+	if err := c.call(ctx, "GET", "v2/task/reprocesses", q, nil, &page, 200); err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range page.Results {
+		start, err1 := parseTime(r.Start)
+		end, err2 := parseTime(r.End)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("cloudkitty GET v2/task/reprocesses: scope %s: %w", r.Scope, err)
+		}
+		if hour.Before(start) || hour.After(end) {
+			continue
+		}
+		if r.Current != "" {
+			cur, err := parseTime(r.Current)
+			if err != nil {
+				return nil, fmt.Errorf("cloudkitty GET v2/task/reprocesses: scope %s: %w", r.Scope, err)
+			}
+			if !cur.Before(hour) {
+				continue // it has rated the hour already
+			}
+		}
+		out[r.Scope] = true
+	}
+	return out, nil
+}
+
 // Corrected is the usage stage's correction hook (billing/usage's
 // Corrector): hour's totals changed for projects after they were
 // published. For each project CloudKitty already rated the hour of, it
@@ -232,6 +285,19 @@ func (c *Client) Corrected(ctx context.Context, hour time.Time, projects []strin
 	}
 	if len(rated) == 0 {
 		c.log.Info("correction: CloudKitty has not rated the hour yet; nothing to reprocess", "hour", hour, "projects", len(projects))
+		return nil
+	}
+	pend, err := c.pending(ctx, rated, hour)
+	if err != nil {
+		c.m.reprocess.WithLabelValues("failed").Add(float64(len(rated)))
+		return fmt.Errorf("reprocess hour %s: %w", hour.Format("2006-01-02T15"), err)
+	}
+	rated = slices.DeleteFunc(rated, func(id string) bool { return pend[id] })
+	if len(pend) > 0 {
+		c.m.reprocess.WithLabelValues("already_scheduled").Add(float64(len(pend)))
+		c.log.Info("correction: a pending CloudKitty reprocess covers the hour already", "hour", hour, "projects", len(pend))
+	}
+	if len(rated) == 0 {
 		return nil
 	}
 	reason := fmt.Sprintf("tapflow correction of %s (late records changed the published totals)", hour.Format("2006-01-02T15:04Z"))
@@ -333,9 +399,9 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{reprocess: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tapflow_billing_cloudkitty_reprocess_projects_total",
-		Help: "Projects of corrected hours by what the CloudKitty hook did: scheduled (POST /v2/task/reprocesses accepted), not_rated_yet (CloudKitty had not rated the hour: it reads the corrected total itself), failed (the bill keeps the old total until retried).",
+		Help: "Projects of corrected hours by what the CloudKitty hook did: scheduled (POST /v2/task/reprocesses accepted), already_scheduled (a pending reprocess covers the hour), not_rated_yet (CloudKitty had not rated the hour: it reads the corrected total itself), failed (the bill keeps the old total until retried).",
 	}, []string{"result"})}
-	for _, r := range []string{"scheduled", "not_rated_yet", "failed"} {
+	for _, r := range []string{"scheduled", "already_scheduled", "not_rated_yet", "failed"} {
 		m.reprocess.WithLabelValues(r)
 	}
 	return m

@@ -33,6 +33,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/projects"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/roles"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/users"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/billing/cloudkitty"
 	"github.com/tapflow/tapflow/billing/promwrite"
@@ -432,6 +433,18 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 	if err := c.Corrected(ctx, hour, []string{pC}); err != nil {
 		t.Fatal(err)
 	}
+	// Told again before CloudKitty ran it: the pending schedule covers it
+	// (CloudKitty would refuse an overlapping one).
+	if err := c.Corrected(ctx, hour, []string{pC}); err != nil {
+		t.Fatalf("a second correction while the reprocess is pending: %v", err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Collectors()...)
+	for result, want := range map[string]float64{"scheduled": 2, "already_scheduled": 1, "not_rated_yet": 2, "failed": 0} {
+		if got := counterValue(t, reg, result); got != want {
+			t.Errorf("tapflow_billing_cloudkitty_reprocess_projects_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
 	bigC = append(bigC, corr...)
 	// CloudKitty's reprocessor picks schedules up on its next pass, one
 	// period (an hour) later: restart it so that pass is now.
@@ -446,6 +459,26 @@ func TestCloudKittyRatesExactHour(t *testing.T) {
 	table, _ = compare(t, names, exp, rated(t, ctx, c, hour, ids))
 	t.Logf("after the late file (A), a correction (C) and POST /v2/task/reprocesses (%s):\n%s", time.Since(corrStart).Round(time.Second), table)
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// counterValue is the hook's counter for result, read back from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series with result %q", result)
+	return 0
 }
 
 // promSeries is revision rev of hour h for project p, as billing/usage

@@ -2,7 +2,9 @@
 # deploy/openstack-testbed/install.sh [--check] — install the Debian packages
 # the OpenStack testbed runs: the real Keystone (22, Zed), Neutron (21), Nova
 # API (26) and Octavia API + worker (11) servers, RabbitMQ (only Octavia's
-# api -> worker cast needs a real bus), and the tools up.sh uses.
+# api -> worker cast needs a real bus), CloudKitty 17 with Prometheus 2.42 and
+# InfluxDB 1.6 for cloudkitty-up.sh (billing, docs/billing.md), and the tools
+# up.sh uses.
 #
 # Idempotent and fast: a no-op (milliseconds) when everything is present.
 # --check only reports: exit 0 when installed, 1 (with the missing package
@@ -17,6 +19,11 @@ declare -A probe=(
 	[octavia-api]=/usr/bin/octavia-api
 	[python3-octavia]=/usr/bin/octavia-worker
 	[rabbitmq-server]=/usr/lib/rabbitmq/bin/rabbitmq-server
+	[python3-cloudkitty]=/usr/bin/cloudkitty-processor
+	[cloudkitty-api]=/etc/init.d/cloudkitty-api
+	[cloudkitty-processor]=/etc/init.d/cloudkitty-processor
+	[prometheus]=/usr/bin/prometheus
+	[influxdb]=/usr/bin/influxd
 	[jq]=/usr/bin/jq
 	[sqlite3]=/usr/bin/sqlite3
 	[openssl]=/usr/bin/openssl

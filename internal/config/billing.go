@@ -3,6 +3,7 @@ package config
 import (
 	"path/filepath"
 
+	"github.com/tapflow/tapflow/billing/cloudkitty"
 	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/internal/units"
@@ -15,6 +16,9 @@ type BillingConfig struct {
 	// FlowLogs delivers each project's flow records of a closed hour to
 	// its own S3 location (billing/flowlogs).
 	FlowLogs flowlogs.Config `yaml:"flow_logs"`
+	// CloudKitty is the reprocess hook told about corrections
+	// (billing/cloudkitty).
+	CloudKitty cloudkitty.Config `yaml:"cloudkitty"`
 }
 
 // resolveBilling fills billing.data (collector.output), billing.state_dir

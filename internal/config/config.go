@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tapflow/tapflow/billing/cloudkitty"
 	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/bpf/capture"
@@ -131,7 +132,7 @@ func Default() Config {
 		Collector: CollectorConfig{Parquet: parquet.DefaultConfig(), Consumer: consume.DefaultConfig(), S3: s3out.DefaultConfig()},
 		Metrics:   MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
-		Billing:   BillingConfig{Usage: usage.DefaultConfig(), FlowLogs: flowlogs.DefaultConfig()},
+		Billing:   BillingConfig{Usage: usage.DefaultConfig(), FlowLogs: flowlogs.DefaultConfig(), CloudKitty: cloudkitty.DefaultConfig()},
 	}
 }
 

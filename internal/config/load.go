@@ -268,6 +268,7 @@ func (c Config) Validate() error {
 	c.validateOutput(&e)
 	e.Merge("billing.flow_logs", c.Billing.FlowLogs.Validate())
 	e.Merge("billing", c.Billing.Usage.Validate())
+	e.Merge("", c.Billing.CloudKitty.Validate()) // its messages name billing.cloudkitty.*
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			e.Add("metrics.listen", fmt.Sprintf("%q: %v", c.Metrics.Listen, err), `use host:port, e.g. 127.0.0.1:9464, or "" to disable`)

@@ -31,8 +31,10 @@ type Config struct {
 	Lookback units.Duration `yaml:"lookback"`
 	// RatedAfter: an hour first published this long or more after its end
 	// was rated without it, so the rating side is asked to rate it again
-	// (CloudKitty: wait_periods × period; default 2h, CloudKitty's default
-	// wait_periods 2 × period 3600s; 0: never).
+	// (CloudKitty rates the period starting at H once wait_periods periods
+	// have passed since H: (wait_periods − 1) × period after the hour's
+	// end; default 1h for CloudKitty's wait_periods 2 × period 3600s;
+	// 0: never).
 	RatedAfter units.Duration `yaml:"rated_after"`
 	// Prometheus is the remote-write receiver CloudKitty reads from.
 	Prometheus promwrite.Config `yaml:"prometheus"`
@@ -48,7 +50,7 @@ func DefaultConfig() Config {
 	return Config{
 		Interval:   units.Duration(5 * time.Minute),
 		Lookback:   units.Duration(7 * 24 * time.Hour),
-		RatedAfter: units.Duration(2 * time.Hour),
+		RatedAfter: units.Duration(time.Hour),
 		Prometheus: promwrite.DefaultConfig(),
 	}
 }
@@ -71,7 +73,7 @@ func (c Config) Validate() error {
 		e.Add("interval", fmt.Sprintf("%s is below 1s", c.Interval), "use e.g. 5m")
 	}
 	if c.RatedAfter.D() < 0 {
-		e.Add("rated_after", fmt.Sprintf("%s is negative", c.RatedAfter), "use CloudKitty's wait_periods × period (e.g. 2h), or 0")
+		e.Add("rated_after", fmt.Sprintf("%s is negative", c.RatedAfter), "use CloudKitty's (wait_periods − 1) × period (e.g. 1h), or 0")
 	}
 	if c.Lookback.D() < time.Hour {
 		e.Add("lookback", fmt.Sprintf("%s is below 1h", c.Lookback), "use e.g. 168h (within Prometheus' out_of_order_time_window)")

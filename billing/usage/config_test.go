@@ -39,7 +39,7 @@ func TestConfig(t *testing.T) {
 				}
 				u := c.Billing.Usage
 				want := usage.DeriveSettle(c.Collector.Parquet.RollAge.D(), c.Capture.ActiveTimeout.D(), c.Attribution.LateBinding.Window.D())
-				if u.Data != c.Collector.Parquet.Output || !strings.HasSuffix(u.StateDir, "/billing") || u.Settle.D() != want || u.Interval.D() != 5*time.Minute || u.Lookback.D() != 168*time.Hour || u.RatedAfter.D() != 2*time.Hour {
+				if u.Data != c.Collector.Parquet.Output || !strings.HasSuffix(u.StateDir, "/billing") || u.Settle.D() != want || u.Interval.D() != 5*time.Minute || u.Lookback.D() != 168*time.Hour || u.RatedAfter.D() != time.Hour {
 					t.Fatalf("resolved: %+v (settle want %s)", u, want)
 				}
 				return

@@ -187,8 +187,8 @@ func TestPublishAuditedHours(t *testing.T) {
 		t.Errorf("correction: revision %d, %d series; want revision 1 and the %d series of project A's %d keys only", outs[0].Revision, outs[0].Series, 2*keysA, keysA)
 	}
 	checkHour(ctx, t, prom, h, billingdata.Expected(all, h))
-	// H−1 and H ended 2 to 4 hours ago, at least billing.rated_after (2h,
-	// CloudKitty's default wait_periods × period): CloudKitty rated them
+	// H−1 and H ended 2 to 4 hours ago, at least billing.rated_after (1h,
+	// CloudKitty's default (wait_periods − 1) × period): CloudKitty rated them
 	// before their first publication, so both are reprocessed for both
 	// projects; then H again for the project the late file changed.
 	both := billingdata.ProjectB + "," + billingdata.ProjectA

@@ -84,9 +84,13 @@ func Nodes(inv *inventory.Inventory) []string {
 
 // view is the state of one View call.
 type view struct {
-	b    *Builder
-	inv  *inventory.Inventory
-	keep map[string]bool // ids shown as they are: the node's, external networks', load balancers'
+	b   *Builder
+	inv *inventory.Inventory
+	// keep: ids shown as they are (the node's, external networks', load
+	// balancers'); kept is the set mark fills, keep reads it (and, for
+	// an overlay, the node's too)
+	keep func(string) bool
+	kept map[string]bool
 	own  map[string]bool // ports bound to the node, and subports of its trunks: whole records
 	// local addresses: fixed IPs and address pairs of the node's ports
 	// (pool members at them are kept)
@@ -98,15 +102,31 @@ type view struct {
 
 // id is how an identifier appears in the view.
 func (v *view) id(s string) string {
-	if s == "" || v.keep[s] {
+	if s == "" || v.keep(s) {
 		return s
 	}
-	if p, ok := v.memo[s]; ok {
+	return v.b.pseudonym(v.memo, s)
+}
+
+// pseudonym is Pseudonym, remembered in memo.
+func (b *Builder) pseudonym(memo map[string]string, s string) string {
+	if p, ok := memo[s]; ok {
 		return p
 	}
-	p := v.b.Pseudonym(s)
-	v.memo[s] = p
+	p := b.Pseudonym(s)
+	memo[s] = p
 	return p
+}
+
+func (b *Builder) newView(inv *inventory.Inventory) *view {
+	v := &view{b: b, inv: inv, kept: map[string]bool{}, localIPs: map[string]bool{}, lbLocal: map[string]bool{}, ampDev: map[string]bool{}, memo: map[string]string{}, own: map[string]bool{}}
+	v.keep = func(s string) bool { return v.kept[s] }
+	for i := range inv.Amphorae {
+		if c := inv.Amphorae[i].ComputeID; c != "" {
+			v.ampDev[c] = true
+		}
+	}
+	return v
 }
 
 // View is node's view of inv. inv is not modified; the view shares no
@@ -116,8 +136,13 @@ func (b *Builder) View(inv *inventory.Inventory, node string) *inventory.Invento
 	if inv == nil {
 		inv = &inventory.Inventory{}
 	}
-	v := &view{b: b, inv: inv, keep: map[string]bool{}, localIPs: map[string]bool{}, lbLocal: map[string]bool{}, ampDev: map[string]bool{}, memo: map[string]string{}, own: map[string]bool{}}
+	v := b.newView(inv)
 	v.mark(node)
+	return v.render()
+}
+
+// render is the view once marked.
+func (v *view) render() *inventory.Inventory {
 	out := &inventory.Inventory{}
 	v.projects(out)
 	v.networks(out)
@@ -136,11 +161,6 @@ func (v *view) local(p *inventory.Port) bool { return v.own[p.ID] }
 // mark fills keep, localIPs, lbLocal and ampDev.
 func (v *view) mark(node string) {
 	inv := v.inv
-	for i := range inv.Amphorae {
-		if c := inv.Amphorae[i].ComputeID; c != "" {
-			v.ampDev[c] = true
-		}
-	}
 	ampLB := map[string]string{} // compute id → load balancer
 	for i := range inv.Amphorae {
 		ampLB[inv.Amphorae[i].ComputeID] = inv.Amphorae[i].LoadBalancerID
@@ -163,14 +183,14 @@ func (v *view) mark(node string) {
 		if !v.own[p.ID] {
 			continue
 		}
-		v.keep[p.ID] = true
+		v.kept[p.ID] = true
 		for _, s := range []string{p.DeviceID, p.NetworkID} {
 			if s != "" {
-				v.keep[s] = true
+				v.kept[s] = true
 			}
 		}
 		for _, f := range p.FixedIPs {
-			v.keep[f.SubnetID] = true
+			v.kept[f.SubnetID] = true
 			v.localIPs[f.IPAddress] = true
 		}
 		for _, a := range p.AllowedAddressPairs {
@@ -184,19 +204,19 @@ func (v *view) mark(node string) {
 	// and every network a gateway or floating IP leaves by keep both.
 	for i := range inv.Networks {
 		if inv.Networks[i].External {
-			v.keep[inv.Networks[i].ID] = true
+			v.kept[inv.Networks[i].ID] = true
 		}
 	}
 	for i := range inv.Routers {
 		if gw := inv.Routers[i].GatewayNetworkID(); gw != "" {
-			v.keep[gw] = true
+			v.kept[gw] = true
 		}
 	}
 	for i := range inv.FloatingIPs {
 		f := &inv.FloatingIPs[i]
-		v.keep[f.FloatingNetworkID] = true
-		if v.keep[f.PortID] {
-			v.keep[f.ID] = true
+		v.kept[f.FloatingNetworkID] = true
+		if v.kept[f.PortID] {
+			v.kept[f.ID] = true
 		}
 	}
 	// Load balancer, pool and member ids are what records carry (lb_id,
@@ -204,12 +224,12 @@ func (v *view) mark(node string) {
 	// load balancer's vip_port_id (its floating IP is the amphora's exit).
 	for i := range inv.LoadBalancers {
 		lb := &inv.LoadBalancers[i]
-		v.keep[lb.ID] = true
+		v.kept[lb.ID] = true
 		if v.lbLocal[lb.ID] && lb.VIPPortID != "" {
-			v.keep[lb.VIPPortID] = true
+			v.kept[lb.VIPPortID] = true
 		}
 	}
-	delete(v.keep, "")
+	delete(v.kept, "")
 }
 
 func (v *view) projects(out *inventory.Inventory) {
@@ -230,7 +250,7 @@ func (v *view) networks(out *inventory.Inventory) {
 	out.Networks = make([]inventory.Network, len(v.inv.Networks))
 	for i, n := range v.inv.Networks {
 		o := inventory.Network{ID: v.id(n.ID), ProjectID: n.Project(), Shared: n.Shared, External: n.External}
-		if v.keep[n.ID] {
+		if v.keep(n.ID) {
 			o.Name = n.Name
 		}
 		out.Networks[i] = o
@@ -238,7 +258,7 @@ func (v *view) networks(out *inventory.Inventory) {
 	out.Subnets = make([]inventory.Subnet, len(v.inv.Subnets))
 	for i, s := range v.inv.Subnets {
 		o := inventory.Subnet{ID: v.id(s.ID), NetworkID: v.id(s.NetworkID), ProjectID: s.Project(), CIDR: s.CIDR, GatewayIP: s.GatewayIP, IPVersion: s.IPVersion}
-		if v.keep[s.ID] {
+		if v.keep(s.ID) {
 			o.Name = s.Name
 		}
 		out.Subnets[i] = o
@@ -250,10 +270,7 @@ func (v *view) ports(out *inventory.Inventory) {
 	for i := range v.inv.Ports {
 		p := &v.inv.Ports[i]
 		if v.local(p) {
-			o := *p
-			o.FixedIPs = append([]inventory.FixedIP(nil), p.FixedIPs...)
-			o.AllowedAddressPairs = append([]inventory.AddressPair(nil), p.AllowedAddressPairs...)
-			out.Ports[i] = o
+			out.Ports[i] = wholePort(p)
 			continue
 		}
 		o := inventory.Port{ID: v.id(p.ID), NetworkID: v.id(p.NetworkID), ProjectID: p.Project(), MACAddress: p.MACAddress, DeviceOwner: p.DeviceOwner}
@@ -279,27 +296,31 @@ func (v *view) ports(out *inventory.Inventory) {
 
 func (v *view) routers(out *inventory.Inventory) {
 	out.Routers = make([]inventory.Router, len(v.inv.Routers))
-	for i, r := range v.inv.Routers {
-		o := inventory.Router{ID: v.id(r.ID), ProjectID: r.Project(), Routes: append([]inventory.Route(nil), r.Routes...)}
-		if v.keep[r.ID] {
-			o.Name = r.Name
-		}
-		if g := r.ExternalGatewayInfo; g != nil {
-			og := &inventory.GatewayInfo{NetworkID: v.id(g.NetworkID)}
-			for _, f := range g.ExternalFixedIPs {
-				og.ExternalFixedIPs = append(og.ExternalFixedIPs, inventory.ExternalFixedIP{SubnetID: v.id(f.SubnetID), IPAddress: f.IPAddress})
-			}
-			o.ExternalGatewayInfo = og
-		}
-		out.Routers[i] = o
+	for i := range v.inv.Routers {
+		out.Routers[i] = v.router(&v.inv.Routers[i])
 	}
+}
+
+func (v *view) router(r *inventory.Router) inventory.Router {
+	o := inventory.Router{ID: v.id(r.ID), ProjectID: r.Project(), Routes: append([]inventory.Route(nil), r.Routes...)}
+	if v.keep(r.ID) {
+		o.Name = r.Name
+	}
+	if g := r.ExternalGatewayInfo; g != nil {
+		og := &inventory.GatewayInfo{NetworkID: v.id(g.NetworkID)}
+		for _, f := range g.ExternalFixedIPs {
+			og.ExternalFixedIPs = append(og.ExternalFixedIPs, inventory.ExternalFixedIP{SubnetID: v.id(f.SubnetID), IPAddress: f.IPAddress})
+		}
+		o.ExternalGatewayInfo = og
+	}
+	return o
 }
 
 // floatingIPs keeps the node's: attribution reads a floating IP only as
 // its port's exit label, and only the VM side's label reaches a record.
 func (v *view) floatingIPs(out *inventory.Inventory) {
 	for _, f := range v.inv.FloatingIPs {
-		if f.PortID != "" && v.keep[f.PortID] {
+		if f.PortID != "" && v.keep(f.PortID) {
 			out.FloatingIPs = append(out.FloatingIPs, f)
 		}
 	}
@@ -307,7 +328,7 @@ func (v *view) floatingIPs(out *inventory.Inventory) {
 
 func (v *view) servers(out *inventory.Inventory) {
 	for _, s := range v.inv.Servers {
-		if v.keep[s.ID] {
+		if v.keep(s.ID) {
 			out.Servers = append(out.Servers, s)
 		}
 	}
@@ -328,30 +349,35 @@ func (v *view) octavia(out *inventory.Inventory) {
 	}
 	out.Amphorae = make([]inventory.Amphora, len(v.inv.Amphorae))
 	for i, a := range v.inv.Amphorae {
-		if v.keep[a.ComputeID] {
+		if v.keep(a.ComputeID) {
 			out.Amphorae[i] = a
 			continue
 		}
 		out.Amphorae[i] = inventory.Amphora{ID: v.id(a.ID), LoadBalancerID: a.LoadBalancerID, ComputeID: v.id(a.ComputeID), LBNetworkIP: a.LBNetworkIP, Status: a.Status}
 	}
-	for _, p := range v.inv.Pools {
-		local := false
-		for _, r := range p.LoadBalancers {
-			local = local || v.lbLocal[r.ID]
-		}
-		o := inventory.Pool{ID: p.ID, ProjectID: p.ProjectID, LoadBalancers: append([]inventory.LoadBalancerRef(nil), p.LoadBalancers...)}
-		for _, m := range p.Members {
-			if local || v.localIPs[m.Address] {
-				o.Members = append(o.Members, inventory.Member{ID: m.ID, Address: m.Address, ProtocolPort: m.ProtocolPort, SubnetID: v.id(m.SubnetID), ProjectID: m.ProjectID})
-			}
-		}
-		if len(o.Members) > 0 {
-			if local {
-				o.Name = p.Name
-			}
+	for i := range v.inv.Pools {
+		if o, ok := v.pool(&v.inv.Pools[i]); ok {
 			out.Pools = append(out.Pools, o)
 		}
 	}
+}
+
+// pool is p with the members the node needs; false when none.
+func (v *view) pool(p *inventory.Pool) (inventory.Pool, bool) {
+	local := false
+	for _, r := range p.LoadBalancers {
+		local = local || v.lbLocal[r.ID]
+	}
+	o := inventory.Pool{ID: p.ID, ProjectID: p.ProjectID, LoadBalancers: append([]inventory.LoadBalancerRef(nil), p.LoadBalancers...)}
+	for _, m := range p.Members {
+		if local || v.localIPs[m.Address] {
+			o.Members = append(o.Members, inventory.Member{ID: m.ID, Address: m.Address, ProtocolPort: m.ProtocolPort, SubnetID: v.id(m.SubnetID), ProjectID: m.ProjectID})
+		}
+	}
+	if local {
+		o.Name = p.Name
+	}
+	return o, len(o.Members) > 0
 }
 
 // trunks keeps every trunk's shape: a subport that shares its parent's

@@ -341,3 +341,59 @@ func ownDevice(inv *inventory.Inventory, node, dev string) bool {
 	}
 	return false
 }
+
+// TestOverlayMergesToView checks how a view travels: the shared view and
+// a node's overlay merge into exactly View(inv, node), on every node of
+// every inventory of the corpus; and an overlay names none of another
+// node's ports.
+func TestOverlayMergesToView(t *testing.T) {
+	b, err := nodeview.New(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, inv := range corpus(t) {
+		t.Run(name, func(t *testing.T) {
+			bind(inv, 5)
+			x := b.NewIndex(inv)
+			if !reflect.DeepEqual(x.Shared(), b.View(inv, "")) {
+				t.Fatal("shared view is not View(inv, \"\")")
+			}
+			for _, node := range x.Nodes() {
+				o := x.Overlay(node)
+				got, want := nodeview.Merge(x.Shared(), o), b.View(inv, node)
+				if !reflect.DeepEqual(got, want) {
+					diff(t, node, got, want)
+				}
+				for _, p := range o.Ports {
+					if p.BindingHostID != node && p.BindingHostID != "" {
+						t.Errorf("overlay of %s holds port %s of %s", node, p.ID, p.BindingHostID)
+					}
+				}
+			}
+		})
+	}
+}
+
+// diff reports the first list where got and want differ.
+func diff(t *testing.T, node string, got, want *inventory.Inventory) {
+	t.Helper()
+	g, w := reflect.ValueOf(got).Elem(), reflect.ValueOf(want).Elem()
+	for i := 0; i < g.NumField(); i++ {
+		if !reflect.DeepEqual(g.Field(i).Interface(), w.Field(i).Interface()) {
+			gl, wl := g.Field(i), w.Field(i)
+			for j := 0; j < max(gl.Len(), wl.Len()); j++ {
+				if j >= gl.Len() || j >= wl.Len() || !reflect.DeepEqual(gl.Index(j).Interface(), wl.Index(j).Interface()) {
+					var ge, we any
+					if j < gl.Len() {
+						ge = gl.Index(j).Interface()
+					}
+					if j < wl.Len() {
+						we = wl.Index(j).Interface()
+					}
+					t.Fatalf("node %s: %s[%d] (of %d, want %d):\n merged %+v\n view   %+v", node, g.Type().Field(i).Name, j, gl.Len(), wl.Len(), ge, we)
+				}
+			}
+			t.Fatalf("node %s: %s differs (nil vs empty?)", node, g.Type().Field(i).Name)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package nodeview
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 )
@@ -16,8 +17,9 @@ import (
 // Overlay is what turns the shared view into one node's view.
 type Overlay struct {
 	Node string
-	// Rename maps the pseudonyms of the node's ids back to them.
-	Rename map[string]string
+	// Rename maps the pseudonyms of the node's ids back to them, sorted
+	// by pseudonym (a slice, not a map: equal overlays encode equally).
+	Rename []Rename
 	// Replacements, by id (after Rename): the node's ports, amphorae and
 	// trunks whole, its networks, subnets and routers with their names,
 	// the load balancers with an amphora on it.
@@ -34,6 +36,9 @@ type Overlay struct {
 	Servers     []inventory.Server
 	Pools       []inventory.Pool
 }
+
+// Rename is one pseudonym and the id it stands for.
+type Rename struct{ Pseudonym, ID string }
 
 // Index answers Overlay for every node of one inventory in time
 // proportional to the node's records, not the cloud's. Not safe for
@@ -191,8 +196,8 @@ func (x *Index) Overlay(node string) *Overlay {
 			keep(inv.LoadBalancers[i].VIPPortID)
 		}
 	}
-	o := &Overlay{Node: node, Rename: map[string]string{}}
-	rename := func(s string) { o.Rename[x.b.pseudonym(x.global.memo, s)] = s }
+	o := &Overlay{Node: node}
+	rename := func(s string) { o.Rename = append(o.Rename, Rename{x.b.pseudonym(x.global.memo, s), s}) }
 	for s := range mine {
 		rename(s)
 	}
@@ -265,6 +270,8 @@ func (x *Index) Overlay(node string) *Overlay {
 			o.Pools = append(o.Pools, p)
 		}
 	}
+	slices.SortFunc(o.Rename, func(a, b Rename) int { return strings.Compare(a.Pseudonym, b.Pseudonym) })
+	o.Rename = slices.Compact(o.Rename)
 	return o
 }
 
@@ -292,8 +299,12 @@ func sortedKeys(m map[string]bool) []string {
 // Merge is the node's view: shared with o's pseudonyms renamed, its
 // records replaced and added. shared is not modified.
 func Merge(shared *inventory.Inventory, o *Overlay) *inventory.Inventory {
+	ids := make(map[string]string, len(o.Rename))
+	for _, r := range o.Rename {
+		ids[r.Pseudonym] = r.ID
+	}
 	r := func(s string) string {
-		if id, ok := o.Rename[s]; ok {
+		if id, ok := ids[s]; ok {
 			return id
 		}
 		return s

@@ -1,16 +1,12 @@
 package nodeview_test
 
 import (
-	"bytes"
-	"encoding/gob"
 	"fmt"
 	"runtime"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/inventory/synth"
@@ -36,16 +32,13 @@ func fleet(tb testing.TB) *inventory.Inventory {
 	return inv
 }
 
-var zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-
-// encodeOverlay is an overlay as it would travel: gob and zstd, as
-// snapshots do.
+// encodeOverlay is an overlay as it travels.
 func encodeOverlay(tb testing.TB, o *nodeview.Overlay) []byte {
-	var b bytes.Buffer
-	if err := gob.NewEncoder(&b).Encode(o); err != nil {
+	data, err := nodeview.Encode(o)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return zenc.EncodeAll(b.Bytes(), nil)
+	return data
 }
 
 func encoded(tb testing.TB, inv *inventory.Inventory) int {

@@ -1,5 +1,7 @@
 // Package nodeview narrows what an agent is given of the inventory to what
-// attributing its own node's records needs (inventory.scope: node).
+// attributing its own node's records needs (node-scoped views; the
+// service and agent do not use them yet: docs/security.md, "What an
+// agent sees", says what is missing).
 //
 // An agent attributes both ends of a flow, so it cannot do with its own
 // ports only: the remote end (another tenant's VM elsewhere, a router, an
@@ -158,7 +160,7 @@ func (v *view) render() *inventory.Inventory {
 // local reports whether p is the node's.
 func (v *view) local(p *inventory.Port) bool { return v.own[p.ID] }
 
-// mark fills keep, localIPs, lbLocal and ampDev.
+// mark fills own, kept, localIPs and lbLocal for node ("": none).
 func (v *view) mark(node string) {
 	inv := v.inv
 	ampLB := map[string]string{} // compute id → load balancer

@@ -1,6 +1,7 @@
 package nodeview_test
 
 import (
+	"bytes"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -358,8 +359,19 @@ func TestOverlayMergesToView(t *testing.T) {
 			if !reflect.DeepEqual(x.Shared(), b.View(inv, "")) {
 				t.Fatal("shared view is not View(inv, \"\")")
 			}
+			again := b.NewIndex(inv)
 			for _, node := range x.Nodes() {
 				o := x.Overlay(node)
+				// equal overlays encode equally: the service compares
+				// encodings to publish only the changed ones
+				e1, err1 := nodeview.Encode(o)
+				e2, err2 := nodeview.Encode(again.Overlay(node))
+				if err1 != nil || err2 != nil || !bytes.Equal(e1, e2) {
+					t.Fatalf("node %s: one overlay, two encodings (%v, %v)", node, err1, err2)
+				}
+				if back, err := nodeview.Decode(e1); err != nil || !reflect.DeepEqual(back, o) {
+					t.Fatalf("node %s: overlay does not decode to itself: %v", node, err)
+				}
 				got, want := nodeview.Merge(x.Shared(), o), b.View(inv, node)
 				if !reflect.DeepEqual(got, want) {
 					diff(t, node, got, want)

@@ -57,7 +57,7 @@ func deltaBytes(tb testing.TB, prev, next *inventory.Inventory) int {
 	return encoded(tb, &c.Upsert)
 }
 
-// BenchmarkNodeViews is the service's cost of inventory.scope: node for
+// BenchmarkNodeViews is the service's cost of node-scoped views for
 // the whole fleet (a first publish, or a restart): index the inventory,
 // build the shared view and every node's overlay, encode them. It reports
 // the bytes of the whole snapshot, the shared view and the overlays.
@@ -98,7 +98,7 @@ func BenchmarkNodeViews(b *testing.B) {
 }
 
 // BenchmarkNodeViewChange is one inventory change (a VM with a floating
-// IP boots on one compute node) under inventory.scope: node: the service
+// IP boots on one compute node) under node-scoped views: the service
 // indexes the new inventory, rebuilds every overlay to find the changed
 // ones, and sends the shared view's delta and the changed overlays. The
 // bus bytes are compared with today's delta of the whole inventory.

@@ -223,7 +223,7 @@ func records(inv *inventory.Inventory, node string, far []netip.Addr, nowUS int6
 	return out
 }
 
-// TestViewAttributesLikeFull is the exactness of inventory.scope: node:
+// TestViewAttributesLikeFull is the exactness of node-scoped views:
 // every record a node's agent can capture is attributed from the node's
 // view exactly as from the whole inventory, field by field, on every node
 // of every inventory of the corpus.

@@ -49,7 +49,7 @@ func ValidNode(node string) error {
 // kept per node, read by direct get.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: Stream, Description: "tapflow inventory: each node's overlay on the shared view (inventory.scope: node)",
+		Name: Stream, Description: "tapflow inventory: each node's overlay on the shared view (node-scoped views)",
 		Subjects: []string{SubjectRoot + ".*"}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage,
 		Replicas: max(replicas, 1), AllowDirect: true, Discard: jetstream.DiscardOld,
 	})

@@ -36,7 +36,7 @@ func TestNodeViewNamesAgree(t *testing.T) {
 	}
 }
 
-// TestNodeViewIsolation (inventory.scope: node) runs on Debian's
+// TestNodeViewIsolation (node-scoped views) runs on Debian's
 // nats-server configured as docs/security.md shows and on the embedded
 // server with the doc's users: the inventory service publishes every
 // node's overlay; each agent reads its own, and reading another node's

@@ -57,8 +57,8 @@ const (
 	InventoryDelta   = "tapflow.inventory.delta"
 	InventoryCurrent = "tapflow.inventory.current"
 	InventoryLookup  = "tapflow.inventory.lookup"
-	// InventoryNodesStream holds each node's overlay (inventory.scope:
-	// node) on InventoryNodeRoot.<node> (enrich/nodeview).
+	// InventoryNodesStream holds each node's overlay (node-scoped
+	// views) on InventoryNodeRoot.<node> (enrich/nodeview).
 	InventoryNodesStream = "TAPFLOW_INVENTORY_NODES"
 	InventoryNodeRoot    = "tapflow.inventory.node"
 )
@@ -155,7 +155,7 @@ func For(u User, protected []string) Permissions {
 		pub := []string{FlowsSubjectRoot + "." + u.Node, MetersSubjectRoot + "." + u.Node}
 		pub = append(pub, info(FlowsStream, MetersStream, InventoryStream)...)
 		pub = append(pub, "$JS.API.DIRECT.GET."+InventoryStream, "$JS.API.DIRECT.GET."+InventoryStream+".>", InventoryLookup)
-		// inventory.scope: node: its node's overlay, by the direct get
+		// Node-scoped views: its node's overlay, by the direct get
 		// whose subject names the node (never the bare form, whose body
 		// could name another) and live on its node's subject.
 		overlay := InventoryNodeRoot + "." + u.Node
@@ -189,7 +189,7 @@ func For(u User, protected []string) Permissions {
 		}
 		p = append(p, "$JS.API.STREAM.PURGE."+InventoryStream, "$O."+InventoryBucket+".>", "$KV."+LeaseBucket+".>",
 			InventoryDelta, InventoryCurrent)
-		// inventory.scope: node: every node's overlay.
+		// Node-scoped views: every node's overlay.
 		p = append(p, "$JS.API.STREAM.INFO."+InventoryNodesStream, "$JS.API.STREAM.CREATE."+InventoryNodesStream,
 			"$JS.API.STREAM.UPDATE."+InventoryNodesStream, InventoryNodeRoot+".*")
 		return Permissions{Publish: p, Subscribe: []string{inbox, InventoryLookup}, AllowResponses: true}

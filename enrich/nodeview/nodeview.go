@@ -1,7 +1,6 @@
 // Package nodeview narrows what an agent is given of the inventory to what
-// attributing its own node's records needs (node-scoped views; the
-// service and agent do not use them yet: docs/security.md, "What an
-// agent sees", says what is missing).
+// attributing its own node's records needs (inventory.scope: node;
+// docs/security.md, "What an agent sees").
 //
 // An agent attributes both ends of a flow, so it cannot do with its own
 // ports only: the remote end (another tenant's VM elsewhere, a router, an
@@ -24,10 +23,13 @@
 package nodeview
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -56,6 +58,31 @@ func New(key []byte) (*Builder, error) {
 		return nil, errors.New("nodeview: the pseudonym key must have at least 16 bytes")
 	}
 	return &Builder{key: append([]byte(nil), key...)}, nil
+}
+
+// LoadKey reads the pseudonym key from path (inventory.serve.key_file):
+// a regular file no other user can read, of at least MinKeyLen bytes
+// (trailing newline aside).
+func LoadKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("inventory.serve.key_file: empty: inventory.scope: node needs a key file shared by every serve instance (e.g. head -c 32 /dev/urandom > FILE; chmod 600 FILE)")
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory.serve.key_file: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o007 != 0 {
+		return nil, fmt.Errorf("inventory.serve.key_file %s: mode %s: not a regular file other users cannot read: run chmod 600 %s", path, st.Mode(), path)
+	}
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory.serve.key_file: %w", err)
+	}
+	key = bytes.TrimRight(key, "\r\n")
+	if len(key) < MinKeyLen {
+		return nil, fmt.Errorf("inventory.serve.key_file %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom > %s)", path, len(key), MinKeyLen, path)
+	}
+	return key, nil
 }
 
 // Pseudonym is what id becomes in a view when it is not the node's: "x"

@@ -106,14 +106,22 @@ func Publish(ctx context.Context, js jetstream.JetStream, o *Overlay) error {
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(Subject(o.Node))
+	return PublishEncoded(ctx, js, o.Node, data)
+}
+
+// PublishEncoded stores data (Encode of node's overlay).
+func PublishEncoded(ctx context.Context, js jetstream.JetStream, node string, data []byte) error {
+	if err := ValidNode(node); err != nil {
+		return err
+	}
+	m := nats.NewMsg(Subject(node))
 	m.Header.Set(hdrFormat, Format)
 	m.Data = data
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		if errors.Is(err, nats.ErrMaxPayload) {
-			return fmt.Errorf("overlay of %s: %d bytes exceed the server's max_payload: raise it in the nats-server configuration: %w", o.Node, len(data), err)
+			return fmt.Errorf("overlay of %s: %d bytes exceed the server's max_payload: raise it in the nats-server configuration: %w", node, len(data), err)
 		}
-		return fmt.Errorf("publish overlay of %s: %w", o.Node, err)
+		return fmt.Errorf("publish overlay of %s: %w", node, err)
 	}
 	return nil
 }

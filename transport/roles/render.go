@@ -119,7 +119,7 @@ type row struct {
 
 var rows = []row{
 	{"agent (one per node)", User{Name: "<user>", Role: Agent, Node: "<node>"},
-		"its node's batches; waits for the streams (`nats.manage_streams: false`: no stream create or update); with `inventory.provider: nats` reads the snapshot (direct gets), its announcements and deltas, and asks lookups; for node-scoped views (security.md, What an agent sees) its own node's overlay (`" + InventoryNodeRoot + ".<node>`, the direct get naming it); writes nothing else, creates no consumer"},
+		"its node's batches; waits for the streams (`nats.manage_streams: false`: no stream create or update); with `inventory.provider: nats` reads the snapshot (direct gets), its announcements and deltas, and asks lookups; with `inventory.scope: node` its own node's overlay (`" + InventoryNodeRoot + ".<node>`, the direct get naming it); writes nothing else, creates no consumer"},
 	{"collector", User{Name: "<user>", Role: Collector, Durable: "<durable>"},
 		"sets up the streams and **its** durables (`<durable>`, `<durable>-meters`; default `tapflow-collector`), consumes, acks, dead-letters (on `tapflow.dlq.<flows\\|meters>.<node>`, evicting a node's own oldest letters beyond `collector.dlq_letters_per_node`, [delivery.md](delivery.md#dead-letters-per-sender))"},
 	{"inventory (`tapflow inventory serve`)", User{Name: "<user>", Role: Inventory},

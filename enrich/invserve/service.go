@@ -421,6 +421,11 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	if s.cfg.Views != nil {
 		idx = s.cfg.Views.NewIndex(apply)
 		pub = idx.Shared()
+		// Overlays first: an agent then never holds a shared view with a
+		// port of its node that its overlay does not name yet (it would
+		// attribute that VM with pseudonyms); an overlay ahead of the
+		// shared view only names ports the agent does not see yet.
+		s.publishOverlays(ctx, idx)
 	}
 	res, err := natsinv.PublishFrom(ctx, s.js.Conn(), obs, prev, prevDigest, pub, fetched)
 	if err != nil {
@@ -436,9 +441,6 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 		s.last = res.Inv
 	}
 	s.mu.Unlock()
-	if idx != nil {
-		s.publishOverlays(ctx, idx)
-	}
 	if res.Skipped {
 		s.published.WithLabelValues("unchanged").Inc()
 		return

@@ -104,7 +104,19 @@ func (p *Provider) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	_ = p.first(ctx)
+	return <-done
+}
+
+// first reads the overlay until it has one (from here or the
+// subscription) or ctx ends: the engine's first Poll may come before Run.
+func (p *Provider) first(ctx context.Context) error {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		select {
+		case <-p.ready:
+			return nil
+		default:
+		}
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		o, err := Fetch(fctx, p.nc, p.node)
 		cancel()
@@ -115,18 +127,20 @@ func (p *Provider) Run(ctx context.Context) error {
 			if !have {
 				p.set(o)
 			}
-			break
+			return nil
 		}
 		if ctx.Err() != nil {
-			break
+			return ctx.Err()
 		}
 		p.log.Info("waiting for this node's overlay", "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.ready:
+			return nil
 		case <-time.After(wait):
 		}
 	}
-	return <-done
 }
 
 // Poll implements enrich.Provider: the node's view once the shared view
@@ -137,10 +151,8 @@ func (p *Provider) Poll(ctx context.Context) (*inventory.Inventory, bool, error)
 	if err != nil {
 		return nil, false, err
 	}
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
+	if err := p.first(ctx); err != nil {
+		return nil, false, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

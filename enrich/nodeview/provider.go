@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type Provider struct {
 	inner Shared
 	nc    *nats.Conn
 	node  string
+	state string // where the overlay is kept for a restart without NATS ("": nowhere)
 	log   *slog.Logger
 
 	updates chan struct{}
@@ -39,8 +41,10 @@ type Provider struct {
 	fresh   bool // overlay or shared view changed since the last Poll
 }
 
-// NewProvider validates its arguments; it contacts nothing.
-func NewProvider(inner Shared, nc *nats.Conn, node string, log *slog.Logger) (*Provider, error) {
+// NewProvider validates its arguments; it contacts nothing. state is the
+// file the overlay is kept in (0600, next to natsinv's copy of the shared
+// view), so that a restart without NATS attributes at once.
+func NewProvider(inner Shared, nc *nats.Conn, node, state string, log *slog.Logger) (*Provider, error) {
 	if inner == nil || nc == nil {
 		return nil, errors.New("nodeview: the shared view's provider and a NATS connection are required")
 	}
@@ -50,7 +54,7 @@ func NewProvider(inner Shared, nc *nats.Conn, node string, log *slog.Logger) (*P
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Provider{inner: inner, nc: nc, node: node, log: log.With("component", "nodeview", "node", node),
+	return &Provider{inner: inner, nc: nc, node: node, state: state, log: log.With("component", "nodeview", "node", node),
 		updates: make(chan struct{}, 1), ready: make(chan struct{})}, nil
 }
 
@@ -67,13 +71,45 @@ func (p *Provider) signal() {
 	}
 }
 
-// set holds o if it is this node's.
-func (p *Provider) set(o *Overlay) {
+// set holds o (data: its encoding, kept in the state file when not nil).
+func (p *Provider) set(o *Overlay, data []byte) {
 	p.mu.Lock()
 	p.overlay, p.fresh = o, true
 	p.mu.Unlock()
 	p.once.Do(func() { close(p.ready) })
 	p.signal()
+	if data != nil && p.state != "" {
+		if err := writeFile(p.state, data); err != nil {
+			p.log.Warn("node overlay not kept on disk: a restart without NATS waits for it", "err", err)
+		}
+	}
+}
+
+// writeFile replaces path with data, 0600, atomically.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// load holds the overlay kept in the state file, if it is this node's.
+func (p *Provider) load() bool {
+	if p.state == "" {
+		return false
+	}
+	data, err := os.ReadFile(p.state)
+	if err != nil {
+		return false
+	}
+	o, err := Decode(data)
+	if err != nil || o.Node != p.node {
+		p.log.Warn("kept node overlay ignored", "path", p.state, "err", err)
+		return false
+	}
+	p.set(o, nil)
+	return true
 }
 
 // Run runs the shared view's provider, subscribes to the node's overlay
@@ -86,7 +122,7 @@ func (p *Provider) Run(ctx context.Context) error {
 			p.log.Warn("node overlay ignored: it does not decode", "err", err)
 			return
 		}
-		p.set(o)
+		p.set(o, m.Data)
 	})
 	if err != nil {
 		return err
@@ -104,39 +140,47 @@ func (p *Provider) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	_ = p.first(ctx)
+	_ = p.fetch(ctx, false)
 	return <-done
 }
 
-// first reads the overlay until it has one (from here or the
-// subscription) or ctx ends: the engine's first Poll may come before Run.
+// first holds an overlay before the first Poll returns: the kept one,
+// else the one on the bus (the engine's first Poll may come before Run).
 func (p *Provider) first(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return nil
+	default:
+	}
+	if p.load() {
+		return nil
+	}
+	return p.fetch(ctx, true)
+}
+
+// fetch reads the current overlay from the bus until it has it or ctx
+// ends (untilReady: or until one is held from elsewhere).
+func (p *Provider) fetch(ctx context.Context, untilReady bool) error {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		select {
-		case <-p.ready:
-			return nil
-		default:
-		}
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		o, err := Fetch(fctx, p.nc, p.node)
+		o, data, err := fetchRaw(fctx, p.nc, p.node)
 		cancel()
 		if err == nil {
-			p.mu.Lock()
-			have := p.overlay != nil
-			p.mu.Unlock()
-			if !have {
-				p.set(o)
-			}
+			p.set(o, data)
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		p.log.Info("waiting for this node's overlay", "err", err, "retry_in", wait)
+		ready := p.ready
+		if !untilReady {
+			ready = nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.ready:
+		case <-ready:
 			return nil
 		case <-time.After(wait):
 		}

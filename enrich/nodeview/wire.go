@@ -132,28 +132,34 @@ var ErrNoOverlay = errors.New("no overlay for this node yet")
 // Fetch reads node's overlay with the last-by-subject direct get (the
 // only read an agent's permissions allow it).
 func Fetch(ctx context.Context, nc *nats.Conn, node string) (*Overlay, error) {
+	o, _, err := fetchRaw(ctx, nc, node)
+	return o, err
+}
+
+// fetchRaw is Fetch, with the overlay's encoding.
+func fetchRaw(ctx context.Context, nc *nats.Conn, node string) (*Overlay, []byte, error) {
 	if err := ValidNode(node); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := nc.RequestWithContext(ctx, DirectGetSubject(node), nil)
 	if err != nil {
-		return nil, fmt.Errorf("overlay of %s: direct get on %s: %w", node, Stream, err)
+		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: %w", node, Stream, err)
 	}
 	if st := m.Header.Get("Status"); st != "" {
 		if st == "404" {
-			return nil, fmt.Errorf("overlay of %s: %w", node, ErrNoOverlay)
+			return nil, nil, fmt.Errorf("overlay of %s: %w", node, ErrNoOverlay)
 		}
-		return nil, fmt.Errorf("overlay of %s: direct get on %s: status %s %s", node, Stream, st, m.Header.Get("Description"))
+		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: status %s %s", node, Stream, st, m.Header.Get("Description"))
 	}
 	if f := m.Header.Get(hdrFormat); f != Format {
-		return nil, fmt.Errorf("overlay of %s: format %q, want %q (an older or newer tapflow inventory serve)", node, f, Format)
+		return nil, nil, fmt.Errorf("overlay of %s: format %q, want %q (an older or newer tapflow inventory serve)", node, f, Format)
 	}
 	o, err := Decode(m.Data)
 	if err != nil {
-		return nil, fmt.Errorf("overlay of %s: %w", node, err)
+		return nil, nil, fmt.Errorf("overlay of %s: %w", node, err)
 	}
 	if o.Node != node {
-		return nil, fmt.Errorf("overlay of %s names node %q", node, o.Node)
+		return nil, nil, fmt.Errorf("overlay of %s names node %q", node, o.Node)
 	}
-	return o, nil
+	return o, m.Data, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -207,26 +208,54 @@ func TestAgentAttributesFromNodeViews(t *testing.T) {
 
 	acfg := cfg
 	acfg.Inventory.Provider, acfg.Inventory.Scope = "nats", "node"
-	rt := newRT(t, srv.JS)
-	rt.nc = srv.NC
-	rt.reg = obs.NewRegistry()
-	a, err := newAgent(acfg, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent"}, a.source, []pipeline.Transform{a.engine}, pipelineSink{}, nil, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Error(err)
+	runAgent := func(nc *nats.Conn) {
+		t.Helper()
+		rt := newRT(t, srv.JS)
+		rt.nc = nc
+		rt.reg = obs.NewRegistry()
+		a, err := newAgent(acfg, rt)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent"}, a.source, []pipeline.Transform{a.engine}, pipelineSink{}, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		runDone := make(chan error, 1)
+		go func() { runDone <- a.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-runDone; err != nil {
+				t.Error(err)
+			}
+		}()
+		checkNodeView(t, a, &inv, whole)
+	}
+	runAgent(srv.NC)
+	fi, err := os.Stat(acfg.InventoryStatePath() + ".overlay")
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kept overlay: %v %v", fi, err)
+	}
+	// NATS and the service gone: the restarted agent attributes from
+	// its kept shared view and overlay.
+	stopServe()
+	<-served
+	served <- nil
+	url := srv.ClientURL()
+	_ = srv.Close()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	runAgent(nc)
+}
+
+// checkNodeView waits until a's snapshot has every endpoint of whole and
+// checks each VM port of inv attributes as in whole.
+func checkNodeView(t *testing.T, a *agent, inv *inventory.Inventory, whole *snapshot.Snapshot) {
+	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		if s := a.engine.Snapshot(); s != nil && s.Stats().Endpoints == whole.Stats().Endpoints {
 			break

@@ -104,7 +104,7 @@ func TestServeNodeViews(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := nodeview.NewProvider(inner, srv.NC, node, filepath.Join(dir, node+".overlay"), slog.New(slog.DiscardHandler))
+		p, err := nodeview.NewProvider(inner, srv.NC, nodeview.Options{Node: node, StatePath: filepath.Join(dir, node+".overlay"), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

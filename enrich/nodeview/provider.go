@@ -3,12 +3,14 @@ package nodeview
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 )
@@ -33,6 +35,7 @@ type Provider struct {
 
 	updates chan struct{}
 	ready   chan struct{} // closed at the first overlay
+	results *prometheus.CounterVec
 	once    sync.Once
 
 	mu      sync.Mutex
@@ -41,10 +44,25 @@ type Provider struct {
 	fresh   bool // overlay or shared view changed since the last Poll
 }
 
-// NewProvider validates its arguments; it contacts nothing. state is the
-// file the overlay is kept in (0600, next to natsinv's copy of the shared
-// view), so that a restart without NATS attributes at once.
-func NewProvider(inner Shared, nc *nats.Conn, node, state string, log *slog.Logger) (*Provider, error) {
+// Options configure a Provider.
+type Options struct {
+	// Node is this agent's node: its overlay's subject.
+	Node string
+	// StatePath is the file the overlay is kept in (0600, next to
+	// natsinv's copy of the shared view), so that a restart without NATS
+	// attributes at once; "" keeps none.
+	StatePath string
+	Logger    *slog.Logger
+	Registry  prometheus.Registerer
+}
+
+// overlayResults label tapflow_inventory_overlays_total.
+var overlayResults = []string{"ok", "decode_error", "fetch_error", "state_error"}
+
+// NewProvider validates its arguments and registers its metric; it
+// contacts nothing.
+func NewProvider(inner Shared, nc *nats.Conn, o Options) (*Provider, error) {
+	node, state, log := o.Node, o.StatePath, o.Logger
 	if inner == nil || nc == nil {
 		return nil, errors.New("nodeview: the shared view's provider and a NATS connection are required")
 	}
@@ -54,8 +72,22 @@ func NewProvider(inner Shared, nc *nats.Conn, node, state string, log *slog.Logg
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Provider{inner: inner, nc: nc, node: node, state: state, log: log.With("component", "nodeview", "node", node),
-		updates: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	p := &Provider{inner: inner, nc: nc, node: node, state: state, log: log.With("component", "nodeview", "node", node),
+		updates: make(chan struct{}, 1), ready: make(chan struct{})}
+	p.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_overlays_total",
+		Help: "This node's overlays (inventory.scope: node), by result: ok (held), decode_error (ignored), fetch_error (the bus did not answer; retried), state_error (not kept on disk); all but ok keep the overlay held."},
+		[]string{"result"})
+	if err := reg.Register(p.results); err != nil {
+		return nil, fmt.Errorf("nodeview metrics: %w", err)
+	}
+	for _, r := range overlayResults {
+		p.results.WithLabelValues(r)
+	}
+	return p, nil
 }
 
 // Guarded: the service applied the drop guard.
@@ -78,8 +110,10 @@ func (p *Provider) set(o *Overlay, data []byte) {
 	p.mu.Unlock()
 	p.once.Do(func() { close(p.ready) })
 	p.signal()
+	p.results.WithLabelValues("ok").Inc()
 	if data != nil && p.state != "" {
 		if err := writeFile(p.state, data); err != nil {
+			p.results.WithLabelValues("state_error").Inc()
 			p.log.Warn("node overlay not kept on disk: a restart without NATS waits for it", "err", err)
 		}
 	}
@@ -119,6 +153,7 @@ func (p *Provider) Run(ctx context.Context) error {
 	sub, err := p.nc.Subscribe(Subject(p.node), func(m *nats.Msg) {
 		o, err := Decode(m.Data)
 		if err != nil || o.Node != p.node {
+			p.results.WithLabelValues("decode_error").Inc()
 			p.log.Warn("node overlay ignored: it does not decode", "err", err)
 			return
 		}
@@ -172,6 +207,7 @@ func (p *Provider) fetch(ctx context.Context, untilReady bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		p.results.WithLabelValues("fetch_error").Inc()
 		p.log.Info("waiting for this node's overlay", "err", err, "retry_in", wait)
 		ready := p.ready
 		if !untilReady {

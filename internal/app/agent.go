@@ -99,7 +99,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		var prov enrich.Provider = p
 		if cfg.Inventory.Scope == "node" {
 			// the shared view merged with this node's overlay
-			if prov, err = nodeview.NewProvider(p, rt.nc, cfg.Node, cfg.InventoryStatePath()+".overlay", log); err != nil {
+			if prov, err = nodeview.NewProvider(p, rt.nc, nodeview.Options{Node: cfg.Node, StatePath: cfg.InventoryStatePath() + ".overlay", Logger: log, Registry: rt.reg}); err != nil {
 				return nil, fmt.Errorf("inventory.scope: node: %w", err)
 			}
 		}

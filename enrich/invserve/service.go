@@ -454,7 +454,8 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 
 // publishOverlays publishes the overlays that changed since this
 // instance last published them (all of them after a start or takeover:
-// the stream keeps one per node, a repeat is harmless).
+// the stream keeps one per node, a repeat is harmless), for the nodes
+// with a VM port.
 func (s *Service) publishOverlays(ctx context.Context, idx *nodeview.Index) {
 	if s.overlays == nil {
 		s.overlays = map[string][]byte{}
@@ -462,6 +463,9 @@ func (s *Service) publishOverlays(ctx context.Context, idx *nodeview.Index) {
 	sent, failed := 0, 0
 	for _, node := range idx.Nodes() {
 		o := idx.Overlay(node)
+		if !o.HasVM() {
+			continue // a network node: no agent attributes from it
+		}
 		data, err := nodeview.Encode(o)
 		if err == nil && bytes.Equal(data, s.overlays[node]) {
 			continue

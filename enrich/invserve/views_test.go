@@ -33,9 +33,12 @@ func viewsCloud(t *testing.T, path string, extra int) *inventory.Inventory {
 	}
 	n := 0
 	for i := range inv.Ports {
-		if p := &inv.Ports[i]; p.DeviceOwner == "compute:nova" {
+		switch p := &inv.Ports[i]; p.DeviceOwner {
+		case "compute:nova":
 			p.BindingHostID = []string{"cmp1", "cmp2"}[n%2]
 			n++
+		case "network:router_interface", "network:dhcp":
+			p.BindingHostID = "net1" // a network node: no overlay
 		}
 	}
 	data, err := json.Marshal(inv)

@@ -37,6 +37,18 @@ type Overlay struct {
 	Pools       []inventory.Pool
 }
 
+// HasVM reports whether the node has a VM-like port (an owner outside
+// network:*): a network node's router and DHCP ports are no agent's VM
+// side, and their overlay (about 0.9 KB a port) would exceed max_payload.
+func (o *Overlay) HasVM() bool {
+	for i := range o.Ports {
+		if d := o.Ports[i].DeviceOwner; d != "" && !strings.HasPrefix(d, "network:") {
+			return true
+		}
+	}
+	return false
+}
+
 // Rename is one pseudonym and the id it stands for.
 type Rename struct{ Pseudonym, ID string }
 

@@ -30,6 +30,12 @@ type InventoryConfig struct {
 	// Provider is "file", "openstack" or "nats" (snapshots that
 	// `tapflow inventory serve` publishes; NATS credentials only).
 	Provider string `yaml:"provider"`
+	// Scope is what agents get of the inventory: "cloud" (default: the
+	// whole inventory) or "node" (node-scoped views, enrich/nodeview:
+	// `tapflow inventory serve` publishes a shared view without names,
+	// placement or other nodes' ids and each node's overlay; agents with
+	// provider "nats" merge their node's). Service and agents must agree.
+	Scope string `yaml:"scope"`
 	// File is the inventory file (YAML or JSON) for provider "file".
 	File string `yaml:"file"`
 	// PollInterval is how often the provider is checked for changes (for
@@ -67,6 +73,10 @@ type ServeConfig struct {
 	Lease units.Duration `yaml:"lease"`
 	// Instance names this instance in the lease (default: node).
 	Instance string `yaml:"instance"`
+	// KeyFile holds the pseudonym key of node-scoped views (scope
+	// "node"): at least 16 bytes, the same file for every serve
+	// instance, not readable by other users.
+	KeyFile string `yaml:"key_file"`
 }
 
 // LookupConfig is `inventory.lookup` (package enrich/lookup).
@@ -99,7 +109,7 @@ type LateBindingConfig struct {
 // grace, 10,000 records / 60 s late binding, 16 route hops.
 func DefaultConfig() Config {
 	return Config{
-		Inventory: InventoryConfig{Provider: "file", PollInterval: units.Duration(5 * time.Second),
+		Inventory: InventoryConfig{Provider: "file", Scope: "cloud", PollInterval: units.Duration(5 * time.Second),
 			Refresh: units.Duration(5 * time.Minute), OpenStack: openstack.DefaultConfig(),
 			MaxDropFraction: 0.1, DropConfirmReads: 3, DropMinPorts: 10, Serve: ServeConfig{Lease: units.Duration(15 * time.Second)},
 			Lookup: LookupConfig{Interval: units.Duration(30 * time.Second), Timeout: units.Duration(2 * time.Second),
@@ -129,6 +139,11 @@ func (c Config) Validate() error {
 	case "nats": // NATS is the nats section's business
 	default:
 		e.Add("inventory.provider", fmt.Sprintf("%q is not a provider", c.Inventory.Provider), `use "file", "openstack" or "nats"`)
+	}
+	switch c.Inventory.Scope {
+	case "", "cloud", "node":
+	default:
+		e.Add("inventory.scope", fmt.Sprintf("%q is not a scope", c.Inventory.Scope), `use "cloud" (every agent gets the whole inventory) or "node" (docs/security.md, What an agent sees)`)
 	}
 	if f := c.Inventory.MaxDropFraction; f < 0 || f > 1 || f != f {
 		e.Add("inventory.max_drop_fraction", fmt.Sprintf("%g is not a fraction", f), "use 0..1, e.g. 0.1 (1 disables the guard)")

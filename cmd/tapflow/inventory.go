@@ -53,7 +53,11 @@ the ports, and publishes each new one as a versioned snapshot to NATS
 JetStream (Object Store TAPFLOW_INVENTORY). Agents with
 inventory.provider: nats need NATS credentials only. Run several for high
 availability: one holds the lease (inventory.serve.lease) and publishes,
-the others stand by. docs/inventory-service.md.`,
+the others stand by. With inventory.scope: node it publishes a shared view
+(no names, placement or other nodes' ids) and each node's overlay
+(stream TAPFLOW_INVENTORY_NODES), pseudonyms keyed by
+inventory.serve.key_file: an agent learns less of other tenants
+(docs/security.md, What an agent sees). docs/inventory-service.md.`,
 		"read the config from `FILE`: inventory.* chooses the provider (openstack or file), nats.* the bus (required)",
 		&cf, func(cmd *cobra.Command) error {
 			holdHangups()

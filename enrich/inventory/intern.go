@@ -172,6 +172,7 @@ func (in *interner) port(o *Port) {
 	in.s(&o.ProjectID)
 	in.s(&o.TenantID)
 	in.s(&o.DeviceOwner)
+	in.s(&o.BindingHostID) // a few hundred nodes
 	for i := range o.FixedIPs {
 		in.s(&o.FixedIPs[i].SubnetID)
 		in.u(&o.FixedIPs[i].IPAddress)

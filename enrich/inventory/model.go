@@ -96,6 +96,10 @@ type Port struct {
 	AllowedAddressPairs []AddressPair `yaml:"allowed_address_pairs" json:"allowed_address_pairs"`
 	DeviceOwner         string        `yaml:"device_owner" json:"device_owner"`
 	DeviceID            string        `yaml:"device_id" json:"device_id"`
+	// BindingHostID is the compute node the port is bound to (Neutron's
+	// binding:host_id, admin only; "" when unbound or not fetched). Only
+	// node-scoped views (enrich/nodeview) read it.
+	BindingHostID string `yaml:"binding:host_id" json:"binding:host_id"`
 }
 
 // Project returns project_id, falling back to tenant_id.

@@ -12,6 +12,7 @@
 package invserve
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/lookup"
+	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 )
 
@@ -47,6 +49,10 @@ type Config struct {
 	Replicas int
 	// Lookup tunes the targeted lookups agents send (package lookup).
 	Lookup lookup.ServerOptions
+	// Views, when set (inventory.scope: node), publishes the shared view
+	// in place of the whole inventory and each node's overlay
+	// (enrich/nodeview); nil publishes the whole inventory.
+	Views *nodeview.Builder
 }
 
 // Service publishes inventories. Run it once; Close is a no-op kept for
@@ -68,8 +74,11 @@ type Service struct {
 
 	mu         sync.Mutex
 	guard      inventory.DropGuard
-	last       *inventory.Inventory // last published (or adopted) inventory
-	lastDigest string               // its digest once published by this instance
+	last       *inventory.Inventory // last published (or adopted) inventory, whole
+	lastPub    *inventory.Inventory // what the store holds of it: last, or its shared view (Views)
+	lastDigest string               // lastPub's digest once published by this instance
+	overlays   map[string][]byte    // Views: each node's last published overlay, encoded
+	overlaysN  *prometheus.CounterVec
 	reads      uint64
 	confirm    chan struct{}
 
@@ -151,7 +160,9 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 	s.took = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_inventory_serve_publish_seconds", Help: "Time the last publish took (encode and put)."})
 	guard := inventory.NewGuardMetrics()
 	s.held, s.heldTotal, s.confirmed = guard.Held, guard.HeldTotal, guard.Confirmed
-	for _, c := range []prometheus.Collector{s.leader, s.published, s.bytes, s.deltaBytes, s.took, s.held, s.heldTotal, s.confirmed} {
+	s.overlaysN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tapflow_inventory_serve_overlays_total",
+		Help: "Node overlays (inventory.scope: node), by result: ok (published), error (not published: retried at the next publish)."}, []string{"result"})
+	for _, c := range []prometheus.Collector{s.leader, s.published, s.bytes, s.deltaBytes, s.took, s.held, s.heldTotal, s.confirmed, s.overlaysN} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inventory serve metrics: %w", err)
 		}
@@ -159,6 +170,8 @@ func New(cfg Config, src Source, js jetstream.JetStream, log *slog.Logger, reg p
 	for _, r := range []string{"ok", "unchanged", "error"} {
 		s.published.WithLabelValues(r)
 	}
+	s.overlaysN.WithLabelValues("ok")
+	s.overlaysN.WithLabelValues("error")
 	return s, nil
 }
 
@@ -191,6 +204,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if err == nil && lease == nil {
 			lease, err = natsinv.NewLease(ctx, s.js, s.cfg.Instance, s.cfg.Lease, s.cfg.Replicas)
+		}
+		if err == nil && s.cfg.Views != nil {
+			err = nodeview.EnsureStream(ctx, s.js, s.cfg.Replicas)
 		}
 		if err == nil {
 			break
@@ -330,7 +346,9 @@ func (s *Service) adopt(ctx context.Context, obs jetstream.ObjectStore) {
 	}
 	s.mu.Lock()
 	if s.last == nil {
-		s.last = inv
+		// With views the store holds the shared view: as many ports as
+		// the whole, which is what the guard compares.
+		s.last, s.lastPub = inv, inv
 	}
 	s.mu.Unlock()
 }
@@ -396,9 +414,20 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	}
 	fetched := s.fetchedAt()
 	s.mu.Lock()
-	prev, prevDigest := s.last, s.lastDigest
+	prev, prevDigest := s.lastPub, s.lastDigest
 	s.mu.Unlock()
-	res, err := natsinv.PublishFrom(ctx, s.js.Conn(), obs, prev, prevDigest, apply, fetched)
+	pub := apply
+	var idx *nodeview.Index
+	if s.cfg.Views != nil {
+		idx = s.cfg.Views.NewIndex(apply)
+		pub = idx.Shared()
+		// Overlays first: an agent then never holds a shared view with a
+		// port of its node that its overlay does not name yet (it would
+		// attribute that VM with pseudonyms); an overlay ahead of the
+		// shared view only names ports the agent does not see yet.
+		s.publishOverlays(ctx, idx)
+	}
+	res, err := natsinv.PublishFrom(ctx, s.js.Conn(), obs, prev, prevDigest, pub, fetched)
 	if err != nil {
 		s.published.WithLabelValues("error").Inc()
 		if ctx.Err() == nil {
@@ -407,7 +436,10 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 		return
 	}
 	s.mu.Lock()
-	s.last, s.lastDigest = res.Inv, res.Digest
+	s.last, s.lastPub, s.lastDigest = apply, res.Inv, res.Digest
+	if idx == nil {
+		s.last = res.Inv
+	}
 	s.mu.Unlock()
 	if res.Skipped {
 		s.published.WithLabelValues("unchanged").Inc()
@@ -418,6 +450,44 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 	s.deltaBytes.Set(float64(res.DeltaBytes))
 	s.took.Set(res.Took.Seconds())
 	s.log.Info("inventory snapshot published", "version", res.Version, "ports", len(apply.Ports), "bytes", res.Bytes, "delta_bytes", res.DeltaBytes, "took", res.Took.Round(time.Millisecond))
+}
+
+// publishOverlays publishes the overlays that changed since this
+// instance last published them (all of them after a start or takeover:
+// the stream keeps one per node, a repeat is harmless), for the nodes
+// with a VM port.
+func (s *Service) publishOverlays(ctx context.Context, idx *nodeview.Index) {
+	if s.overlays == nil {
+		s.overlays = map[string][]byte{}
+	}
+	sent, failed := 0, 0
+	for _, node := range idx.Nodes() {
+		o := idx.Overlay(node)
+		if !o.HasVM() {
+			continue // a network node: no agent attributes from it
+		}
+		data, err := nodeview.Encode(o)
+		if err == nil && bytes.Equal(data, s.overlays[node]) {
+			continue
+		}
+		if err == nil {
+			err = nodeview.PublishEncoded(ctx, s.js, node, data)
+		}
+		if err != nil {
+			s.overlaysN.WithLabelValues("error").Inc()
+			delete(s.overlays, node) // retried at the next publish
+			if failed++; failed == 1 && ctx.Err() == nil {
+				s.log.Warn("inventory serve: node overlay not published; its agent keeps the previous one", "node", node, "err", err)
+			}
+			continue
+		}
+		s.overlays[node] = data
+		s.overlaysN.WithLabelValues("ok").Inc()
+		sent++
+	}
+	if sent > 0 || failed > 0 {
+		s.log.Info("node overlays published", "changed", sent, "failed", failed)
+	}
 }
 
 // fetchedAt is when the source last read the cloud (openstack: its last

@@ -9,6 +9,7 @@ import (
 	ebpfsrc "github.com/tapflow/tapflow/bpf/source"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/enrich/lookup"
+	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
@@ -86,13 +87,23 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("meter pipeline: %w", err)
 		}
 	}
+	if cfg.Inventory.Scope == "node" && cfg.Inventory.Provider != "nats" && len(opts) == 0 {
+		return nil, fmt.Errorf("inventory.scope: node: an agent reads node-scoped views from tapflow inventory serve: set inventory.provider: nats (with %q it would read the whole inventory)", cfg.Inventory.Provider)
+	}
 	if cfg.Inventory.Provider == "nats" && len(opts) == 0 {
 		// Snapshots from `tapflow inventory serve`: NATS credentials only.
 		p, err := natsinv.NewProvider(rt.nc, natsinv.Options{StatePath: cfg.InventoryStatePath(), Logger: log, Registry: rt.reg})
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, enrich.WithProvider(p))
+		var prov enrich.Provider = p
+		if cfg.Inventory.Scope == "node" {
+			// the shared view merged with this node's overlay
+			if prov, err = nodeview.NewProvider(p, rt.nc, nodeview.Options{Node: cfg.Node, StatePath: cfg.InventoryStatePath() + ".overlay", Logger: log, Registry: rt.reg}); err != nil {
+				return nil, fmt.Errorf("inventory.scope: node: %w", err)
+			}
+		}
+		opts = append(opts, enrich.WithProvider(prov))
 		// Unknown VM MACs are asked of the service at once (docs/inventory-service.md).
 		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Interval: cfg.Inventory.Lookup.Interval.D(),
 			Timeout: cfg.Inventory.Lookup.Timeout.D(), Logger: log, Registry: rt.reg})

@@ -15,6 +15,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/invserve"
 	"github.com/tapflow/tapflow/enrich/lookup"
+	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -126,7 +127,18 @@ func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger,
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	var views *nodeview.Builder
+	if cfg.Inventory.Scope == "node" {
+		key, err := nodeview.LoadKey(cfg.Inventory.Serve.KeyFile)
+		if err != nil {
+			return err
+		}
+		if views, err = nodeview.New(key); err != nil {
+			return err
+		}
+	}
 	svc, err := invserve.New(invserve.Config{
+		Views:    views,
 		Instance: instance, Lease: cfg.Inventory.Serve.Lease.D(), PollInterval: cfg.Inventory.PollInterval.D(),
 		Guard: inventory.DropGuard{MaxDrop: cfg.Inventory.MaxDropFraction, ConfirmReads: cfg.Inventory.DropConfirmReads,
 			MinPorts: cfg.Inventory.DropMinPorts},

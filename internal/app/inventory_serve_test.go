@@ -5,12 +5,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/obs"
@@ -162,4 +164,122 @@ func zoneCount(t *testing.T, reg prometheus.Gatherer, zone string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestAgentAttributesFromNodeViews: with inventory.scope: node on the
+// service and the agent, the agent attributes from its node's view: every
+// VM of the (synthetic, one-node) cloud with its real server and port ids,
+// as from the whole inventory.
+func TestAgentAttributesFromNodeViews(t *testing.T) {
+	srv := transporttest.Run(t, "")
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Metrics.Listen = ""
+	src, err := synthetic.New(cfg.Synthetic, synthetic.Options{Node: cfg.Node, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := *src.Inventory()
+	inv.Ports = slices.Clone(inv.Ports)
+	for i := range inv.Ports {
+		if snapshot.IsVMPort(inv.Ports[i].DeviceOwner) {
+			inv.Ports[i].BindingHostID = cfg.Node
+		}
+	}
+	whole := snapshot.Build(&inv, snapshot.Options{Version: 1})
+	var b bytes.Buffer
+	if err := openstack.WriteInventory(&b, &inv); err != nil {
+		t.Fatal(err)
+	}
+	invPath, keyPath := filepath.Join(dir, "cloud.yaml"), filepath.Join(dir, "views.key")
+	if err := os.WriteFile(invPath, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, []byte("a pseudonym key of 32 bytes, ok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scfg := cfg
+	scfg.NATS.URL = srv.ClientURL()
+	scfg.Inventory.Provider, scfg.Inventory.File, scfg.Inventory.Scope, scfg.Inventory.Serve.KeyFile = "file", invPath, "node", keyPath
+	sctx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- RunInventoryServe(sctx, scfg, quiet) }()
+	t.Cleanup(func() { stopServe(); <-served })
+
+	acfg := cfg
+	acfg.Inventory.Provider, acfg.Inventory.Scope = "nats", "node"
+	runAgent := func(nc *nats.Conn) {
+		t.Helper()
+		rt := newRT(t, srv.JS)
+		rt.nc = nc
+		rt.reg = obs.NewRegistry()
+		a, err := newAgent(acfg, rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent"}, a.source, []pipeline.Transform{a.engine}, pipelineSink{}, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		runDone := make(chan error, 1)
+		go func() { runDone <- a.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-runDone; err != nil {
+				t.Error(err)
+			}
+		}()
+		checkNodeView(t, a, &inv, whole)
+	}
+	runAgent(srv.NC)
+	fi, err := os.Stat(acfg.InventoryStatePath() + ".overlay")
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kept overlay: %v %v", fi, err)
+	}
+	// NATS and the service gone: the restarted agent attributes from
+	// its kept shared view and overlay.
+	stopServe()
+	<-served
+	served <- nil
+	url := srv.ClientURL()
+	_ = srv.Close()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	runAgent(nc)
+}
+
+// checkNodeView waits until a's snapshot has every endpoint of whole and
+// checks each VM port of inv attributes as in whole.
+func checkNodeView(t *testing.T, a *agent, inv *inventory.Inventory, whole *snapshot.Snapshot) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if s := a.engine.Snapshot(); s != nil && s.Stats().Endpoints == whole.Stats().Endpoints {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent holds no snapshot of its node's view 2 min after it started")
+		}
+	}
+	s := a.engine.Snapshot()
+	now := time.Now().UnixMicro()
+	n := 0
+	for _, p := range inv.Ports {
+		mac, ok := snapshot.ParseMAC(p.MACAddress)
+		if !ok || !snapshot.IsVMPort(p.DeviceOwner) {
+			continue
+		}
+		got, ok1 := s.Endpoint(mac, now)
+		want, ok2 := whole.Endpoint(mac, now)
+		if ok1 != ok2 || (ok1 && (got.ServerID != want.ServerID || got.PortID != want.PortID || got.TenantID != want.TenantID)) {
+			t.Fatalf("port %s: agent %+v, whole inventory %+v", p.ID, got, want)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no VM port checked")
+	}
 }

@@ -210,6 +210,19 @@ func builtProcesses(t *testing.T) []process {
 	}
 	out = append(out, gatheredProcess(t, "openstack provider", reg))
 
+	// An agent with node-scoped views (inventory.scope: node): its
+	// overlay counter.
+	vsrv := transporttest.Run(t, filepath.Join(dir, "nats-views"))
+	vcfg := testConfig(t, dir)
+	vcfg.Inventory.Provider, vcfg.Inventory.Scope = "nats", "node"
+	vrt := newRT(t, vsrv.JS)
+	vrt.nc = vsrv.NC
+	vrt.reg = obs.NewRegistry()
+	if _, err := newAgent(vcfg, vrt); err != nil {
+		t.Fatalf("agent with inventory.scope node: %v", err)
+	}
+	out = append(out, gatheredProcess(t, "agent (provider nats, inventory.scope node)", vrt.reg))
+
 	reg = obs.NewRegistry()
 	if _, err := s3out.New("s3://bucket/prefix", s3out.DefaultConfig(), s3out.Options{Logger: quiet, Registry: reg}); err != nil {
 		t.Fatalf("s3 output: %v", err)

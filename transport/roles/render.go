@@ -123,11 +123,11 @@ type row struct {
 
 var rows = []row{
 	{"agent (one per node)", User{Name: "<user>", Role: Agent, Node: "<node>"},
-		"its node's batches; waits for the streams (`nats.manage_streams: false`: no stream create or update); with `inventory.provider: nats` reads the snapshot (direct gets), its announcements and deltas, and asks lookups; writes nothing else, creates no consumer"},
+		"its node's batches; waits for the streams (`nats.manage_streams: false`: no stream create or update); with `inventory.provider: nats` reads the snapshot (direct gets), its announcements and deltas, and asks lookups; with `inventory.scope: node` its own node's overlay (`" + InventoryNodeRoot + ".<node>`, the direct get naming it); writes nothing else, creates no consumer"},
 	{"collector", User{Name: "<user>", Role: Collector, Durable: "<durable>"},
 		"sets up the streams and **its** durables (`<durable>`, `<durable>-meters`; default `tapflow-collector`), consumes, acks, dead-letters (on `tapflow.dlq.<flows\\|meters>.<node>`, evicting a node's own oldest letters beyond `collector.dlq_letters_per_node`, [delivery.md](delivery.md#dead-letters-per-sender))"},
 	{"inventory (`tapflow inventory serve`)", User{Name: "<user>", Role: Inventory},
-		"the snapshot store (`" + InventoryStream + "`: put, purge of a replaced version), the lease (`" + LeaseStream + "`), deltas, current-notes, lookup answers (`allow_responses`)"},
+		"the snapshot store (`" + InventoryStream + "`: put, purge of a replaced version), the lease (`" + LeaseStream + "`), deltas, current-notes, lookup answers (`allow_responses`), every node's overlay (`" + InventoryNodesStream + "`)"},
 	{"subscriber with `durable: <durable>`", User{Name: "<user>", Role: Subscriber, Durable: "<durable>"},
 		"reads live (core NATS) and from its durable, which it may create or update (as the example subscribers do at start); no other consumer, by any name"},
 	{"subscriber with `ordered: true`", User{Name: "<user>", Role: Subscriber, Ordered: true, Slots: 1},

@@ -61,6 +61,10 @@ const (
 	InventoryDelta   = "tapflow.inventory.delta"
 	InventoryCurrent = "tapflow.inventory.current"
 	InventoryLookup  = "tapflow.inventory.lookup"
+	// InventoryNodesStream holds each node's overlay (node-scoped
+	// views) on InventoryNodeRoot.<node> (enrich/nodeview).
+	InventoryNodesStream = "TAPFLOW_INVENTORY_NODES"
+	InventoryNodeRoot    = "tapflow.inventory.node"
 )
 
 // InventoryMeta is the subject each put of the inventory snapshot
@@ -162,7 +166,12 @@ func For(u User) Permissions {
 		pub := []string{FlowsSubjectRoot + "." + u.Node, MetersSubjectRoot + "." + u.Node}
 		pub = append(pub, info(FlowsStream, MetersStream, InventoryStream)...)
 		pub = append(pub, "$JS.API.DIRECT.GET."+InventoryStream, "$JS.API.DIRECT.GET."+InventoryStream+".>", InventoryLookup)
-		return Permissions{Publish: pub, Subscribe: []string{inbox, InventoryMeta, InventoryDelta, InventoryCurrent}}
+		// Node-scoped views: its node's overlay, by the direct get
+		// whose subject names the node (never the bare form, whose body
+		// could name another) and live on its node's subject.
+		overlay := InventoryNodeRoot + "." + u.Node
+		pub = append(pub, "$JS.API.DIRECT.GET."+InventoryNodesStream+"."+overlay)
+		return Permissions{Publish: pub, Subscribe: []string{inbox, InventoryMeta, InventoryDelta, InventoryCurrent, overlay}}
 	case Collector:
 		p := info(FlowsStream, MetersStream, DLQStream)
 		for _, st := range []string{FlowsStream, MetersStream, DLQStream} {
@@ -191,6 +200,9 @@ func For(u User) Permissions {
 		}
 		p = append(p, "$JS.API.STREAM.PURGE."+InventoryStream, "$O."+InventoryBucket+".>", "$KV."+LeaseBucket+".>",
 			InventoryDelta, InventoryCurrent)
+		// Node-scoped views: every node's overlay.
+		p = append(p, "$JS.API.STREAM.INFO."+InventoryNodesStream, "$JS.API.STREAM.CREATE."+InventoryNodesStream,
+			"$JS.API.STREAM.UPDATE."+InventoryNodesStream, InventoryNodeRoot+".*")
 		return Permissions{Publish: p, Subscribe: []string{inbox, InventoryLookup}, AllowResponses: true}
 	case Subscriber:
 		// Its own consumers only, each by name: the durable (created or

@@ -25,7 +25,7 @@ var (
 		required: []string{"id", "network_id", "cidr", "gateway_ip", "ip_version"}, nullable: []string{"gateway_ip"}}
 	colPorts = collection{endpoint: "ports", service: "Neutron", path: "ports", key: "ports", paged: true,
 		fields: []string{"id", "name", "network_id", "project_id", "tenant_id", "mac_address", "fixed_ips",
-			"allowed_address_pairs", "device_owner", "device_id"},
+			"allowed_address_pairs", "device_owner", "device_id", "binding:host_id"},
 		required: []string{"id", "network_id", "project_id|tenant_id", "mac_address", "fixed_ips", "device_owner", "device_id"}}
 	colRouters = collection{endpoint: "routers", service: "Neutron", path: "routers", key: "routers", paged: true,
 		fields:   []string{"id", "name", "project_id", "tenant_id", "external_gateway_info", "routes"},

@@ -9,8 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/billing/promwrite"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/internal/config"
@@ -56,8 +58,9 @@ func newBillingCmd() *cobra.Command {
 var billingCorrector func(cfg config.Config) (usage.Corrector, error)
 
 // billingSetup loads the config and builds the publisher (and its writer
-// when publishing).
-func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Logger) (*usage.Publisher, config.Config, func(), error) {
+// when publishing; and, with billing.flow_logs.location, the flow-log
+// delivery of each published hour, its metrics on reg when not nil).
+func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Logger, reg prometheus.Registerer) (*usage.Publisher, config.Config, func(), error) {
 	cfg, err := cf.load()
 	if err != nil {
 		return nil, cfg, nil, err
@@ -90,7 +93,22 @@ func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Log
 			return nil, cfg, nil, usageErr("%v", err)
 		}
 	}
-	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D(), Logger: log})
+	var delivery usage.Delivery
+	if publish && cfg.Billing.FlowLogs.Enabled() {
+		// The same output as the usage (billing.data): what was audited
+		// is what is delivered.
+		d, err := flowlogs.New(cfg.Billing.FlowLogs, out, flowlogs.Options{Logger: log, Registry: reg})
+		if err != nil {
+			closeFn()
+			return nil, cfg, nil, usageErr("%v", err)
+		}
+		delivery = usage.DeliveryFunc(func(ctx context.Context, h time.Time) error {
+			_, err := d.Deliver(ctx, h)
+			return err
+		})
+	}
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D(),
+		Delivery: delivery, Logger: log})
 	if err != nil {
 		closeFn()
 		return nil, cfg, nil, usageErr("%v", err)
@@ -145,7 +163,12 @@ held nothing back, 1 when it failed or held an hour back.`,
 				return err
 			}
 			defer stop()
-			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, log)
+			reg := obs.NewRegistry()
+			var mreg prometheus.Registerer = reg
+			if once {
+				mreg = nil // no metrics served
+			}
+			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, log, mreg)
 			if err != nil {
 				return err
 			}
@@ -153,7 +176,6 @@ held nothing back, 1 when it failed or held an hour back.`,
 			if once {
 				return billingOnce(ctx, cmd.OutOrStdout(), p)
 			}
-			reg := obs.NewRegistry()
 			reg.MustRegister(p.Collectors()...)
 			if cfg.Metrics.Listen != "" {
 				srv, err := obs.Listen(cfg.Metrics.Listen, reg, obs.ServerOptions{Pprof: cfg.Metrics.Pprof})
@@ -237,7 +259,7 @@ Exit codes: 0 published, corrected or unchanged; 1 held back or a failure;
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, nil)
+			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -299,7 +321,7 @@ no data and writes nothing.`,
 			if format != "table" && format != "json" {
 				return usageErr("--format %q: use table or json", format)
 			}
-			p, _, closeFn, err := billingSetup(context.Background(), &cf, false, nil)
+			p, _, closeFn, err := billingSetup(context.Background(), &cf, false, nil, nil)
 			if err != nil {
 				return err
 			}

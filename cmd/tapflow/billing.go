@@ -34,6 +34,12 @@ published, counted, logged with the audit's findings) and retried at every
 pass. A late file changing a published hour publishes only the
 differences (a correction); re-running changes nothing.
 
+With billing.flow_logs.location set, each published hour's tenant flow
+logs are then delivered too (each project's records of the hour to its own
+S3 location; see tapflow billing flowlogs), after revision 0 and again
+after each correction, from the same billing.data; a failed delivery is
+retried at the next pass and never holds the publication.
+
 Reads billing.* from --config (docs/config.md): billing.data (default
 collector.output; a directory or s3://, read with collector.s3),
 billing.prometheus.url and its credentials (password_file or
@@ -145,8 +151,13 @@ every billing.interval over the hours that closed within billing.lookback.
 A pass publishes each closed hour not yet published whose audit passes,
 corrects a published hour whose files changed (a late file: only the
 differences), retries held-back hours and failed writes, and skips
-everything else. Metrics on metrics.listen (--metrics-listen):
-tapflow_billing_* (docs/operations.md). SIGINT/SIGTERM stop it between
+everything else. With billing.flow_logs.location set, it then delivers
+each project's flow logs of every hour it published or corrected (the
+files the audit passed; billing.flow_logs.s3 credentials), once per change
+of the hour's files, retrying a failed delivery (a missing bucket, access
+denied) at every pass without touching the publication. Metrics on
+metrics.listen (--metrics-listen): tapflow_billing_* and, with flow logs,
+tapflow_flowlogs_* (docs/operations.md). SIGINT/SIGTERM stop it between
 hours; the state (billing.state_dir) makes a restart pick up where it
 stopped.
 

@@ -7,6 +7,8 @@ type metrics struct {
 	published, held, corrections    prometheus.Counter
 	publishErrors, correctorErrors  prometheus.Counter
 	passes, passErrors              prometheus.Counter
+	delivered, deliveryErrors       prometheus.Counter
+	undelivered                     prometheus.Gauge
 	heldNow, lag, lastPublishedHour prometheus.Gauge
 }
 
@@ -27,6 +29,12 @@ func newMetrics() *metrics {
 		passErrors:      c("tapflow_billing_pass_errors_total", "Passes that stopped on an error reading the data or the state (the hours not reached are retried at the next pass)."),
 		heldNow:         g("tapflow_billing_hours_held_back", "Closed hours currently held back by a failed audit (inside billing.lookback)."),
 		lag:             g("tapflow_billing_publish_lag_seconds", "Seconds from the end of the last hour published for the first time to its publication."),
+		delivered: c("tapflow_billing_deliveries_total",
+			"Published revisions of an hour handed to the delivery (tenant flow logs, billing.flow_logs) and delivered; 0 without billing.flow_logs.location."),
+		deliveryErrors: c("tapflow_billing_delivery_errors_total",
+			"Deliveries (tenant flow logs) of a published hour that failed; the hour is delivered again at the next pass."),
+		undelivered: g("tapflow_billing_flowlogs_pending_hours",
+			"Published hours (inside billing.lookback) whose current data is not delivered yet (tenant flow logs): a failed delivery waiting for the next pass."),
 		lastPublishedHour: g("tapflow_billing_last_published_hour_timestamp_seconds",
 			"End of the newest hour published (Unix seconds); 0 before the first."),
 	}
@@ -34,5 +42,5 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.published, m.held, m.corrections, m.publishErrors, m.correctorErrors, m.passes, m.passErrors,
-		m.heldNow, m.lag, m.lastPublishedHour}
+		m.heldNow, m.lag, m.lastPublishedHour, m.delivered, m.deliveryErrors, m.undelivered}
 }

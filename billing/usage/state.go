@@ -103,9 +103,14 @@ type HourState struct {
 	Findings []string `json:"findings,omitempty"`
 	// Unreprocessed are projects whose correction the Corrector has not
 	// taken yet (retried at every pass).
-	Unreprocessed []string  `json:"unreprocessed,omitempty"`
-	PublishedAt   time.Time `json:"published_at,omitzero"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	Unreprocessed []string `json:"unreprocessed,omitempty"`
+	// Delivered is the Files fingerprint last handed to the Delivery
+	// (Options.Delivery): the hour is delivered again when its published
+	// files differ (a correction, a failed delivery).
+	Delivered   string    `json:"delivered,omitempty"`
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	PublishedAt time.Time `json:"published_at,omitzero"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // stateStore is a directory of one JSON file per hour, 0600 in a 0700

@@ -82,6 +82,23 @@ type Corrector interface {
 	Corrected(ctx context.Context, hour time.Time, projects []string) error
 }
 
+// Delivery is told that an hour's data, as its audit passed, is what the
+// receiver now holds: after revision 0 and after each correction (a late
+// file changed the hour), never for a held or open hour. It delivers the
+// hour's data elsewhere (billing/flowlogs: each project's flow logs to its
+// own S3 location) and must be idempotent: a crash between a delivery and
+// its record delivers the hour again. An error is counted and retried at
+// the next pass; it never changes the hour's publication.
+type Delivery interface {
+	Deliver(ctx context.Context, hour time.Time) error
+}
+
+// DeliveryFunc adapts a function to Delivery.
+type DeliveryFunc func(ctx context.Context, hour time.Time) error
+
+// Deliver calls f.
+func (f DeliveryFunc) Deliver(ctx context.Context, hour time.Time) error { return f(ctx, hour) }
+
 // Options configure a Publisher.
 type Options struct {
 	// Output is the collector output (a directory or s3://).
@@ -102,6 +119,9 @@ type Options struct {
 	// (held back until its files arrived, a backlog) was rated without
 	// it: the Corrector is told. 0: never.
 	RatedAfter time.Duration
+	// Delivery, when set, is called once per published revision of an
+	// hour (its fingerprint), after the publication and the Corrector.
+	Delivery Delivery
 	// ClockSlack is the audit's (audit.DefaultClockSlack when zero).
 	ClockSlack time.Duration
 	Logger     *slog.Logger
@@ -354,7 +374,7 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 		if err := p.reprocess(ctx, st); err != nil {
 			return out, err
 		}
-		return p.outcome(out, st), nil
+		return p.outcome(out, st), p.deliver(ctx, st)
 	}
 	res, err := audit.Run(ctx, p.opts.Output, audit.Options{From: h, To: h.Add(time.Hour), ClockSlack: p.opts.ClockSlack})
 	switch {
@@ -379,6 +399,10 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 			st.Status = Published
 		}
 		st.Files = print
+		if st.Revision >= 0 && p.opts.Delivery != nil {
+			// Files removed by retention: what was delivered stays.
+			st.Delivered = print
+		}
 		st.UpdatedAt = p.now().UTC()
 		if err := p.state.save(st); err != nil {
 			return out, fmt.Errorf("usage: %w", err)
@@ -408,7 +432,7 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 		if err := p.state.save(st); err != nil {
 			return out, fmt.Errorf("usage: %w", err)
 		}
-		return p.outcome(out, st), p.reprocess(ctx, st)
+		return p.outcome(out, st), p.afterPublish(ctx, st)
 	}
 	st.Pending = &Pending{Revision: rev, Totals: totals}
 	st.Files = print
@@ -425,7 +449,45 @@ func (p *Publisher) process(ctx context.Context, h time.Time, print string) (Out
 	} else {
 		out.Action = ActCorrected
 	}
-	return p.outcome(out, st), p.reprocess(ctx, st)
+	return p.outcome(out, st), p.afterPublish(ctx, st)
+}
+
+// afterPublish tells the Corrector, then the Delivery.
+func (p *Publisher) afterPublish(ctx context.Context, st *HourState) error {
+	if err := p.reprocess(ctx, st); err != nil {
+		return err
+	}
+	return p.deliver(ctx, st)
+}
+
+// undelivered reports whether the hour's published data waits for the
+// Delivery: published, nothing pending, and its files (audited) not the
+// ones delivered last.
+func (p *Publisher) undelivered(st *HourState) bool {
+	return p.opts.Delivery != nil && st.Status == Published && st.Pending == nil && st.Revision >= 0 && st.Delivered != st.Files
+}
+
+// deliver hands a published hour whose files changed since its last
+// delivery to the Delivery. A failure is counted and logged, and the hour
+// retried at the next pass; the publication is not touched.
+func (p *Publisher) deliver(ctx context.Context, st *HourState) error {
+	if !p.undelivered(st) {
+		return nil
+	}
+	if err := p.opts.Delivery.Deliver(ctx, st.Hour); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("usage: delivery of %s: %w", st.Hour.Format(hourLayout), err)
+		}
+		p.m.deliveryErrors.Inc()
+		p.log.Error("hour published but its delivery (flow logs) failed; retried at the next pass", "hour", st.Hour.Format(hourLayout), "revision", st.Revision, "err", err)
+		return nil
+	}
+	st.Delivered, st.DeliveredAt = st.Files, p.now().UTC()
+	if err := p.state.save(st); err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	p.m.delivered.Inc()
+	return nil
 }
 
 func (p *Publisher) outcome(o Outcome, st *HourState) Outcome {
@@ -517,17 +579,21 @@ func (p *Publisher) updateGauges() error {
 	if err != nil {
 		return err
 	}
-	held := 0
+	held, undelivered := 0, 0
 	var last time.Time
 	for _, st := range states {
 		if st.Status == Held && st.Hour.Add(time.Hour).After(oldest) {
 			held++
+		}
+		if p.undelivered(st) && st.Hour.Add(time.Hour).After(oldest) {
+			undelivered++
 		}
 		if st.Revision >= 0 && st.Hour.After(last) {
 			last = st.Hour
 		}
 	}
 	p.m.heldNow.Set(float64(held))
+	p.m.undelivered.Set(float64(undelivered))
 	if !last.IsZero() {
 		p.m.lastPublishedHour.Set(float64(last.Add(time.Hour).Unix()))
 	}

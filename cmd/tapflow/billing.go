@@ -9,8 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/billing/promwrite"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/internal/config"
@@ -31,6 +33,12 @@ aggregation_method sum. An hour whose audit fails is held back (not
 published, counted, logged with the audit's findings) and retried at every
 pass. A late file changing a published hour publishes only the
 differences (a correction); re-running changes nothing.
+
+With billing.flow_logs.location set, each published hour's tenant flow
+logs are then delivered too (each project's records of the hour to its own
+S3 location; see tapflow billing flowlogs), after revision 0 and again
+after each correction, from the same billing.data; a failed delivery is
+retried at the next pass and never holds the publication.
 
 Reads billing.* from --config (docs/config.md): billing.data (default
 collector.output; a directory or s3://, read with collector.s3),
@@ -56,8 +64,9 @@ func newBillingCmd() *cobra.Command {
 var billingCorrector func(cfg config.Config) (usage.Corrector, error)
 
 // billingSetup loads the config and builds the publisher (and its writer
-// when publishing).
-func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Logger) (*usage.Publisher, config.Config, func(), error) {
+// when publishing; and, with billing.flow_logs.location, the flow-log
+// delivery of each published hour, its metrics on reg when not nil).
+func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Logger, reg prometheus.Registerer) (*usage.Publisher, config.Config, func(), error) {
 	cfg, err := cf.load()
 	if err != nil {
 		return nil, cfg, nil, err
@@ -90,7 +99,22 @@ func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Log
 			return nil, cfg, nil, usageErr("%v", err)
 		}
 	}
-	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D(), Logger: log})
+	var delivery usage.Delivery
+	if publish && cfg.Billing.FlowLogs.Enabled() {
+		// The same output as the usage (billing.data): what was audited
+		// is what is delivered.
+		d, err := flowlogs.New(cfg.Billing.FlowLogs, out, flowlogs.Options{Logger: log, Registry: reg})
+		if err != nil {
+			closeFn()
+			return nil, cfg, nil, usageErr("%v", err)
+		}
+		delivery = usage.DeliveryFunc(func(ctx context.Context, h time.Time) error {
+			_, err := d.Deliver(ctx, h)
+			return err
+		})
+	}
+	p, err := usage.New(usage.Options{Output: out, Writer: w, StateDir: u.StateDir, Settle: u.Settle.D(), Lookback: u.Lookback.D(), Corrector: corr, RatedAfter: u.RatedAfter.D(),
+		Delivery: delivery, Logger: log})
 	if err != nil {
 		closeFn()
 		return nil, cfg, nil, usageErr("%v", err)
@@ -127,8 +151,13 @@ every billing.interval over the hours that closed within billing.lookback.
 A pass publishes each closed hour not yet published whose audit passes,
 corrects a published hour whose files changed (a late file: only the
 differences), retries held-back hours and failed writes, and skips
-everything else. Metrics on metrics.listen (--metrics-listen):
-tapflow_billing_* (docs/operations.md). SIGINT/SIGTERM stop it between
+everything else. With billing.flow_logs.location set, it then delivers
+each project's flow logs of every hour it published or corrected (the
+files the audit passed; billing.flow_logs.s3 credentials), once per change
+of the hour's files, retrying a failed delivery (a missing bucket, access
+denied) at every pass without touching the publication. Metrics on
+metrics.listen (--metrics-listen): tapflow_billing_* and, with flow logs,
+tapflow_flowlogs_* (docs/operations.md). SIGINT/SIGTERM stop it between
 hours; the state (billing.state_dir) makes a restart pick up where it
 stopped.
 
@@ -145,7 +174,12 @@ held nothing back, 1 when it failed or held an hour back.`,
 				return err
 			}
 			defer stop()
-			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, log)
+			reg := obs.NewRegistry()
+			var mreg prometheus.Registerer = reg
+			if once {
+				mreg = nil // no metrics served
+			}
+			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, log, mreg)
 			if err != nil {
 				return err
 			}
@@ -153,7 +187,6 @@ held nothing back, 1 when it failed or held an hour back.`,
 			if once {
 				return billingOnce(ctx, cmd.OutOrStdout(), p)
 			}
-			reg := obs.NewRegistry()
 			reg.MustRegister(p.Collectors()...)
 			if cfg.Metrics.Listen != "" {
 				srv, err := obs.Listen(cfg.Metrics.Listen, reg, obs.ServerOptions{Pprof: cfg.Metrics.Pprof})
@@ -237,7 +270,7 @@ Exit codes: 0 published, corrected or unchanged; 1 held back or a failure;
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, nil)
+			p, cfg, closeFn, err := billingSetup(ctx, &cf, true, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -299,7 +332,7 @@ no data and writes nothing.`,
 			if format != "table" && format != "json" {
 				return usageErr("--format %q: use table or json", format)
 			}
-			p, _, closeFn, err := billingSetup(context.Background(), &cf, false, nil)
+			p, _, closeFn, err := billingSetup(context.Background(), &cf, false, nil, nil)
 			if err != nil {
 				return err
 			}

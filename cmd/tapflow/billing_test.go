@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/billing/flowlogs"
 	"github.com/tapflow/tapflow/internal/testkit/billingdata"
 	"github.com/tapflow/tapflow/internal/testkit/promserver"
 	"github.com/tapflow/tapflow/internal/testkit/versitygw"
@@ -108,47 +109,91 @@ func keptFlows(flows []schemas.Flow, skip map[int]bool) []schemas.Flow {
 }
 
 // TestBillingRunService runs `tapflow billing run` as tapflow-billing.service
-// does (--metrics-listen on loopback) for 15 s on a local output:
-// /metrics serves the billing metrics, the first pass (at once) publishes
-// the closed hour, and the command exits 0 at the end of --duration.
+// does (--metrics-listen on loopback) for 15 s on a local output, with the
+// shipped defaults and, in a second case, with tenant flow logs to a real
+// S3 server (versitygw, a bucket per project, the delivering credential in
+// a credentials file): /metrics serves the billing metrics (and the
+// flowlogs ones), the first pass (at once) publishes the closed hour, then
+// delivers each project's flow logs of it, and the command exits 0 at the
+// end of --duration.
 func TestBillingRunService(t *testing.T) {
-	prom := promserver.Start(t)
-	dir := t.TempDir()
-	h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
-	data := billingdata.Generate(billingdata.Spec{Start: h.Add(5 * time.Minute), Span: 50 * time.Minute})
-	if err := billingdata.Write(context.Background(), dir, data, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "tapflow.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data_dir: %s\nbilling:\n  prometheus:\n    url: %s\n", dir, prom.WriteURL())), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	type result struct {
-		code      int
-		out, errs string
-	}
-	done := make(chan result, 1)
-	go func() {
-		var out, errb strings.Builder
-		code := run([]string{"billing", "run", "--config", cfg, "--metrics-listen", addr, "--log-format", "text", "--duration", "15s"}, &out, &errb)
-		done <- result{code, out.String(), errb.String()}
-	}()
-	// Generous for a loaded CI machine: the first pass takes well under a
-	// second here; the command runs its whole --duration anyway.
-	deadline := time.Now().Add(14 * time.Second)
-	published := false
-	for !published && time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			published = strings.Contains(string(b), "\ntapflow_billing_hours_published_total 1\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r := <-done
-	t.Logf("tapflow billing run: exit %d\n%s%s", r.code, r.out, r.errs)
-	if r.code != exitOK || !published || !strings.Contains(r.errs, "hour published") {
-		t.Fatalf("exit %d, /metrics showed the hour published: %v", r.code, published)
+	for _, tc := range []struct {
+		name     string
+		flowLogs bool
+		want     []string // /metrics lines once the pass is done
+	}{
+		{name: "defaults", want: []string{"tapflow_billing_hours_published_total 1", "tapflow_billing_deliveries_total 0"}},
+		{name: "flow logs", flowLogs: true, want: []string{"tapflow_billing_hours_published_total 1", "tapflow_billing_deliveries_total 1",
+			"tapflow_billing_flowlogs_pending_hours 0", "tapflow_flowlogs_hours_delivered_total 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prom := promserver.Start(t)
+			dir := t.TempDir()
+			h := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+			data := billingdata.Generate(billingdata.Spec{Start: h.Add(5 * time.Minute), Span: 50 * time.Minute})
+			if err := billingdata.Write(context.Background(), dir, data, nil); err != nil {
+				t.Fatal(err)
+			}
+			yaml := fmt.Sprintf("data_dir: %s\nbilling:\n  prometheus:\n    url: %s\n", dir, prom.WriteURL())
+			var gw *versitygw.Server
+			if tc.flowLogs {
+				gw = versitygw.Start(t, "")
+				for _, p := range []string{billingdata.ProjectA, billingdata.ProjectB} {
+					gw.MakeBucket(t, "flowlogs-"+p)
+				}
+				creds := filepath.Join(t.TempDir(), "credentials")
+				if err := os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+versitygw.AccessKey+"\naws_secret_access_key = "+versitygw.SecretKey+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				yaml += fmt.Sprintf("  flow_logs:\n    location: s3://flowlogs-{project_id}/tapflow\n    s3:\n      endpoint: %s\n      region: %s\n      path_style: true\n      credentials_file: %s\n",
+					gw.Endpoint, versitygw.Region, creds)
+			}
+			cfg := filepath.Join(dir, "tapflow.yaml")
+			if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			addr := freeAddr(t)
+			type result struct {
+				code      int
+				out, errs string
+			}
+			done := make(chan result, 1)
+			go func() {
+				var out, errb strings.Builder
+				code := run([]string{"billing", "run", "--config", cfg, "--metrics-listen", addr, "--log-format", "text", "--duration", "15s"}, &out, &errb)
+				done <- result{code, out.String(), errb.String()}
+			}()
+			// Generous for a loaded CI machine: the first pass takes about a
+			// second here; the command runs its whole --duration anyway.
+			deadline := time.Now().Add(14 * time.Second)
+			var missing []string
+			for ok := false; !ok && time.Now().Before(deadline); {
+				if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					missing = nil
+					for _, w := range tc.want {
+						if !strings.Contains(string(b), "\n"+w+"\n") {
+							missing = append(missing, w)
+						}
+					}
+					ok = len(missing) == 0
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			r := <-done
+			t.Logf("tapflow billing run: exit %d\n%s%s", r.code, r.out, r.errs)
+			if r.code != exitOK || len(missing) > 0 || !strings.Contains(r.errs, "hour published") {
+				t.Fatalf("exit %d; /metrics never showed %q", r.code, missing)
+			}
+			if gw != nil {
+				for _, p := range []string{billingdata.ProjectA, billingdata.ProjectB} {
+					objs := gw.Objects(t, "flowlogs-"+p, "")
+					if len(objs) != 1 || objs["tapflow/"+flowlogs.Key(p, h)] == 0 {
+						t.Errorf("project %s's bucket holds %v, want its object of %s", p, objs, h.Format("2006-01-02T15"))
+					}
+				}
+			}
+		})
 	}
 }

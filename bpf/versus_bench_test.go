@@ -100,7 +100,20 @@ func BenchmarkPerPacketVersus(b *testing.B) {
 // round-robin, one run per packet, 5 rounds of fresh maps, medians: insert
 // (new flows) and, primed, hits with every packet a cache miss. "table"
 // is this object with the flow cache off.
+//
+// Its sweep cases flows=N/burst=B run the flow-count sweep of
+// BenchmarkPerPacket with NetObserv's program (VS_NETOBSERV) beside the
+// table and the empty program, and VS_BEFORE's when it is set.
 func BenchmarkPerPacketVersusCycle(b *testing.B) {
+	sweep(b, func(b *testing.B, entries uint32) ([]string, []*ebpf.Program) {
+		names := []string{"netobserv"}
+		progs := []*ebpf.Program{loadOther(b, mustEnv(b, "VS_NETOBSERV", "NetObserv's pkg/ebpf/bpf_x86_bpfel.o"), "tc_ingress_flow_parse", entries, map[string]any{"sampling": uint32(1)})}
+		if p := os.Getenv("VS_BEFORE"); p != "" {
+			names = append(names, "before")
+			progs = append(progs, loadOther(b, p, "tc_ingress", entries, nil))
+		}
+		return names, progs
+	})
 	for _, primed := range []bool{false, true} {
 		b.Run(map[bool]string{false: "insert", true: "cycle"}[primed], func(b *testing.B) {
 			const flows = 20000

@@ -93,28 +93,18 @@ var (
 func sweepEntries(flows int) uint32 { return uint32(max(2*flows, 1024)) }
 
 // sweepNs visits flows flows round-robin, burst packets per visit (one
-// test run of repeat burst), for at least 4,096 visits; every program
-// does that once per round, the programs one after another in each of 5
-// rounds, after one priming pass each (the flows exist: the steady state
-// of a tap). It returns each program's median over the rounds of the
-// kernel-measured ns per packet.
+// test run of repeat burst), for at least 4,096 visits a round. Every
+// visit runs every program on the flow, in an order that rotates from
+// visit to visit, so that the load of a shared machine falls on all of
+// them alike. After one priming pass each (the flows exist: the steady
+// state of a tap), 5 to 31 rounds (about 250k visits a program); it
+// returns each program's median over the rounds of the kernel-measured ns
+// per packet.
 func sweepNs(b *testing.B, flows, burst int, progs ...*ebpf.Program) []float64 {
 	b.Helper()
 	frames := make([][]byte, flows)
 	for i := range frames {
 		frames[i] = benchFrame(i)
-	}
-	visits := max(flows, 4096)
-	pass := func(p *ebpf.Program) float64 {
-		var sum time.Duration
-		for v := 0; v < visits; v++ {
-			_, d, err := p.Benchmark(frames[v%flows], burst, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sum += d // d is per run: the burst's mean
-		}
-		return float64(sum.Nanoseconds()) / float64(visits)
 	}
 	for _, p := range progs {
 		for _, f := range frames {
@@ -123,10 +113,23 @@ func sweepNs(b *testing.B, flows, burst int, progs ...*ebpf.Program) []float64 {
 			}
 		}
 	}
+	visits := max(flows, 4096)
 	ns := make([][]float64, len(progs))
-	for r := 0; r < 5; r++ {
-		for i, p := range progs {
-			ns[i] = append(ns[i], pass(p))
+	sum := make([]time.Duration, len(progs))
+	for r := 0; r < min(max(5, 250000/visits), 31); r++ {
+		clear(sum)
+		for v := 0; v < visits; v++ {
+			for j := range progs {
+				i := (v + j) % len(progs)
+				_, d, err := progs[i].Benchmark(frames[v%flows], burst, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum[i] += d // d is per run: the burst's mean
+			}
+		}
+		for i := range progs {
+			ns[i] = append(ns[i], float64(sum[i].Nanoseconds())/float64(visits))
 		}
 	}
 	med := make([]float64, len(progs))

@@ -15,6 +15,7 @@ package bpf
 // VS_OBJS adds more tapflow objects (space-separated paths, named by file).
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,8 @@ import (
 )
 
 // loadOther loads one tc program of an object file with every hash map
-// sized to entries and pinning removed.
+// sized to entries, a tapflow object's flow cache sized as shipped, and
+// pinning removed.
 func loadOther(b *testing.B, path, prog string, entries uint32, vars map[string]any) *ebpf.Program {
 	b.Helper()
 	spec, err := ebpf.LoadCollectionSpec(path)
@@ -43,6 +45,18 @@ func loadOther(b *testing.B, path, prog string, entries uint32, vars map[string]
 		case ebpf.Hash, ebpf.PerCPUHash, ebpf.LRUHash, ebpf.LRUCPUHash:
 			m.MaxEntries = entries
 		}
+	}
+	if _, ok := spec.Variables["cache_mask"]; ok {
+		// A tapflow object: its flow cache at the shipped size, as Load
+		// sizes it (the object's placeholders are 1024 slots).
+		vars = maps.Clone(vars)
+		if vars == nil {
+			vars = map[string]any{}
+		}
+		vars["cache_mask"] = uint32(DefaultCacheSlots - 1)
+		spec.Maps["cache0"].MaxEntries = DefaultCacheSlots
+		spec.Maps["cache1"].MaxEntries = DefaultCacheSlots
+		spec.Maps["caches"].InnerMap.MaxEntries = DefaultCacheSlots
 	}
 	for k, v := range vars {
 		if err := spec.Variables[k].Set(v); err != nil {

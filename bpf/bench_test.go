@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -80,6 +81,100 @@ func cycleNs(b *testing.B, p *ebpf.Program, frames [][]byte) float64 {
 	return float64(sum.Nanoseconds()) / float64(len(frames))
 }
 
+// sweepFlows and sweepBursts are the shapes of the flow-count sweep
+// (issue 24): 1 to 65,536 live flows, each visit one packet or a burst of
+// 64 packets of one flow.
+var (
+	sweepFlows  = []int{1, 16, 256, 1024, 4096, 16384, 65536}
+	sweepBursts = []int{1, 64}
+)
+
+// sweepEntries sizes a flow table for flows live flows.
+func sweepEntries(flows int) uint32 { return uint32(max(2*flows, 1024)) }
+
+// sweepNs visits flows flows round-robin, burst packets per visit (one
+// test run of repeat burst), for at least 4,096 visits a round. Every
+// visit runs every program on the flow, in an order that rotates from
+// visit to visit, so that the load of a shared machine falls on all of
+// them alike. After one priming pass each (the flows exist: the steady
+// state of a tap), 5 to 31 rounds (about 250k visits a program); it
+// returns each program's median over the rounds of the kernel-measured ns
+// per packet.
+func sweepNs(b *testing.B, flows, burst int, progs ...*ebpf.Program) []float64 {
+	b.Helper()
+	frames := make([][]byte, flows)
+	for i := range frames {
+		frames[i] = benchFrame(i)
+	}
+	for _, p := range progs {
+		for _, f := range frames {
+			if _, err := p.Run(&ebpf.RunOptions{Data: f}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	visits := max(flows, 4096)
+	ns := make([][]float64, len(progs))
+	sum := make([]time.Duration, len(progs))
+	for r := 0; r < min(max(5, 250000/visits), 31); r++ {
+		clear(sum)
+		for v := 0; v < visits; v++ {
+			for j := range progs {
+				i := (v + j) % len(progs)
+				_, d, err := progs[i].Benchmark(frames[v%flows], burst, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum[i] += d // d is per run: the burst's mean
+			}
+		}
+		for i := range progs {
+			ns[i] = append(ns[i], float64(sum[i].Nanoseconds())/float64(visits))
+		}
+	}
+	med := make([]float64, len(progs))
+	for i := range ns {
+		slices.Sort(ns[i])
+		med[i] = ns[i][len(ns[i])/2]
+	}
+	return med
+}
+
+// sweep runs the flow-count sweep as sub-benchmarks flows=N/burst=B of
+// the ingress program (flow cache on, as shipped), the same object with
+// the cache off ("table") and the empty program, plus the programs more()
+// adds for that table size; it reports each one's ns per packet, and the
+// ingress program's ratio to the table and its cost over the empty one.
+func sweep(b *testing.B, more func(b *testing.B, entries uint32) (names []string, progs []*ebpf.Program)) {
+	for _, flows := range sweepFlows {
+		for _, burst := range sweepBursts {
+			b.Run(fmt.Sprintf("flows=%d/burst=%d", flows, burst), func(b *testing.B) {
+				n := sweepEntries(flows)
+				o := loadForTest(b, Spec{FlowEntries: n, RingBytes: 1 << 22})
+				t := loadForTest(b, Spec{FlowEntries: n, RingBytes: 1 << 22, NoCache: true})
+				names := []string{"empty", "this", "table"}
+				progs := []*ebpf.Program{o.Empty(), o.Ingress(), t.Ingress()}
+				if more != nil {
+					mn, mp := more(b, n)
+					names, progs = append(names, mn...), append(progs, mp...)
+				}
+				b.ResetTimer()
+				m := sweepNs(b, flows, burst, progs...)
+				for i := range m {
+					b.ReportMetric(m[i], names[i]+"_ns/pkt")
+				}
+				b.ReportMetric(m[1]-m[0], "this_+ns")
+				b.ReportMetric(m[2]-m[0], "table_+ns")
+				b.ReportMetric(m[1]/m[2], "x_table")
+				for i := 3; i < len(m); i++ {
+					b.ReportMetric(m[i]-m[0], names[i]+"_+ns")
+					b.ReportMetric((m[i]-m[0])/(m[1]-m[0]), names[i]+"_net_over_this")
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkPerPacket reports the kernel cost per packet of the ingress
 // program and its ratio to the empty tc program measured in the same run:
 //   - hit: the same flow every packet (repeat in the kernel), medians of
@@ -87,8 +182,11 @@ func cycleNs(b *testing.B, p *ebpf.Program, frames [][]byte) float64 {
 //   - hit_ipv6: the same, an IPv6 flow (56-byte key);
 //   - miss_insert: a new flow every packet (one test run per packet, the
 //     empty baseline measured the same way);
-//   - hit_65536_flows: 65,536 live flows visited round-robin.
+//   - hit_65536_flows: 65,536 live flows visited round-robin;
+//   - flows=N/burst=B: the flow-count sweep (see sweep), the shipped
+//     program against the table alone (cache off) and the empty program.
 func BenchmarkPerPacket(b *testing.B) {
+	sweep(b, nil)
 	b.Run("hit", func(b *testing.B) {
 		hit(b, loadForTest(b, Spec{FlowEntries: 1 << 10}), benchFrame(0))
 	})

@@ -13,8 +13,9 @@
  * Conservation: every IP frame is counted in the per-CPU meter of its
  * (interface, direction) and added to exactly one place: its CPU's flow
  * cache slot, a flow-table entry, or a record of its own. A cache slot is
- * written only by its CPU's packets, and merged into the table (as one
- * add) by that CPU or, once its generation is flipped out and no program
+ * written only by its CPU's packets (a flow enters it when the slot is
+ * empty or on its second packet in a row there, see account), and merged
+ * into the table (as one add) by that CPU or, once its generation is flipped out and no program
  * can still run on it, by the flush program. Counters leave an entry only
  * through an atomic exchange, so each byte is exported exactly once: by
  * the exporter that wins the entry's `dead` flag, by a late updater that
@@ -503,16 +504,20 @@ const struct flow_cent *const flow_cent_btf = 0;
 
 #define HMUL 0x9E3779B97F4A7C15ULL
 
-static __always_inline __u32 cache_slot(const __u64 *w, bool v6)
+/* cache_tag is the flow's 32-bit hash with bit 31 set, so never 0 (the "no
+ * candidate" of flow_cent.cand); its low bits pick the slot (tag &
+ * cache_mask, at most 16 bits), and flows of one slot differ in the bits
+ * above. */
+static __always_inline __u32 cache_tag(const __u64 *w, bool v6)
 {
-	/* Fold to 32 bits, then one multiply (Fibonacci hashing: bits 32..47
+	/* Fold to 32 bits, then one multiply (Fibonacci hashing: bits 32..63
 	 * of the product depend on every folded bit). A collision only costs
-	 * a merge. */
+	 * a table update. */
 	__u64 h = w[0] ^ w[1] ^ w[2] ^ w[3];
 	if (v6)
 		h ^= w[4] ^ w[5] ^ w[6];
 	h = (__u32)(h ^ (h >> 32)) * HMUL;
-	return (__u32)(h >> 32) & cache_mask;
+	return (__u32)(h >> 32) | 0x80000000;
 }
 
 static __always_inline bool cent_is(const struct flow_cent *c, const __u64 *w,
@@ -547,17 +552,28 @@ static __always_inline void cent_merge(struct flow_cent *c, struct meter *m)
 	c->kind = CENT_EMPTY;
 }
 
+/* account adds one packet to its CPU's cache slot or to the table.
+ *
+ * Admission (issue 24): a flow takes a slot only when it is empty or on the
+ * flow's second packet in a row at that slot (cand: no other flow's packet
+ * in between, hits reset it). A flow that is not cached costs the probe
+ * and one table update, never an eviction: with many flows visited one
+ * packet at a time (every packet a different flow at its slot) no flow is
+ * admitted and the table alone counts them; a burst of one flow is
+ * admitted at its second packet, evicting (merging) the occupant once, and
+ * hits from there on. */
 static __always_inline void account(void *map, union fkey *k, bool v6,
 				    __u64 len, __u32 flags, struct meter *m)
 {
 	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
 	const __u64 *w = (const __u64 *)k;
 	struct flow_cent *c = 0;
-	__u32 z = 0;
+	__u32 z = 0, tag = 0;
 	void *cache = cache_off ? 0 : bpf_map_lookup_elem(&caches, &z);
 
 	if (cache) {
-		__u32 slot = cache_slot(w, v6);
+		tag = cache_tag(w, v6);
+		__u32 slot = tag & cache_mask;
 		c = bpf_map_lookup_elem(cache, &slot);
 	}
 	if (!c) {
@@ -565,26 +581,27 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 		table_add(map, k, v6, len, 1, now, now, flags, end, m);
 		return;
 	}
-	/* jiffies is a load (the verifier inlines it); the coarse clock a
-	 * helper call, read once per tick per slot: last_ns is the coarse
-	 * time of the slot's first packet in its last tick. */
-	__u64 j = bpf_jiffies64();
-	bool same = cent_is(c, w, v6);
-	if (same && !end && c->last_jiffies == j) {
-		/* The hit: plain adds, this CPU's slot. */
-		c->bytes += len;
-		c->packets++;
-		c->tcp_flags |= flags;
-		return;
-	}
-	__u64 now = bpf_ktime_get_coarse_ns();
-	if (same) {
+	if (cent_is(c, w, v6)) {
+		/* jiffies is a load (the verifier inlines it); the coarse clock
+		 * a helper call, read once per tick per slot: last_ns is the
+		 * coarse time of the slot's first packet in its last tick. */
+		__u32 j = (__u32)bpf_jiffies64();
+		if (!end && c->last_jiffies == j) {
+			/* The hit: plain adds, this CPU's slot. */
+			c->bytes += len;
+			c->packets++;
+			c->tcp_flags |= flags;
+			c->cand = 0;
+			return;
+		}
+		__u64 now = bpf_ktime_get_coarse_ns();
 		if (!end && (__s64)(now - c->first_ns) < (__s64)active_timeout_ns) {
 			c->bytes += len;
 			c->packets++;
 			c->tcp_flags |= flags;
 			c->last_jiffies = j;
 			c->last_ns = now;
+			c->cand = 0;
 			return;
 		}
 		/* FIN/RST or active timeout: the slot and this packet go to
@@ -594,9 +611,12 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			  c->first_ns, now, c->tcp_flags | flags, end, m);
 		return;
 	}
-	if (end || (c->kind != CENT_EMPTY && c->last_jiffies == j)) {
-		/* A closing packet, or the slot is busy this tick: leave it
-		 * and count this packet in the table. */
+	if (end || (c->kind != CENT_EMPTY && c->cand != tag)) {
+		/* A closing packet, or the flow's first packet in a row at an
+		 * occupied slot: the table counts it; a second one admits. */
+		if (!end)
+			c->cand = tag;
+		__u64 now = bpf_ktime_get_coarse_ns();
 		table_add(map, k, v6, len, 1, now, now, flags, end, m);
 		return;
 	}
@@ -609,6 +629,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			cm = meter_for(ck->ifindex, ck->direction & 1);
 		cent_merge(c, cm ? cm : m);
 	}
+	__u64 now = bpf_ktime_get_coarse_ns();
 	__builtin_memcpy(c->key, k, v6 ? sizeof(struct flow_key6) : sizeof(struct flow_key4));
 	if (!v6)
 		__builtin_memset(c->key + sizeof(struct flow_key4), 0,
@@ -617,7 +638,8 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 	c->packets = 1;
 	c->first_ns = now;
 	c->last_ns = now;
-	c->last_jiffies = j;
+	c->last_jiffies = (__u32)bpf_jiffies64();
+	c->cand = 0;
 	c->tcp_flags = flags;
 	c->kind = v6 ? CENT_V6 : CENT_V4;
 }

@@ -148,15 +148,18 @@ struct sweep_args {
 	__u32 deferred;    /* out: 1 when the ring buffer was full: run again */
 };
 
-/* Per-CPU flow cache slot: 128 bytes (two cache lines; a v4 hit touches
- * only the first). The packet path adds to the slot of its CPU with plain
- * adds; the slot is merged into the flow table on conflict, on FIN/RST, at
- * the active timeout and by the flush program after a generation flip. */
+/* Per-CPU flow cache slot: 128 bytes (two cache lines; a v4 hit or miss
+ * touches only the first). The packet path adds to the slot of its CPU with
+ * plain adds; the slot is merged into the flow table when another flow is
+ * admitted, on FIN/RST, at the active timeout and by the flush program
+ * after a generation flip. */
 struct flow_cent {
 	__u64 bytes;
 	__u64 packets;
-	__u64 last_jiffies; /* jiffies of the last packet: a hit in the same
-	                     * tick reads no clock */
+	__u32 last_jiffies; /* jiffies (low 32 bits) of the last packet: a hit
+	                     * in the same tick reads no clock */
+	__u32 cand;      /* admission: tag of the flow whose packet was the
+	                  * slot's last one and went to the table (0 none) */
 	__u32 tcp_flags;
 	__u32 kind;      /* 0 empty, 1 IPv4 (key is a flow_key4), 2 IPv6 */
 	__u8 key[56];    /* struct flow_key4 (32 bytes, rest 0) or flow_key6 */

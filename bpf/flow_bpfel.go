@@ -17,7 +17,8 @@ type flowFlowCent struct {
 	_           structs.HostLayout
 	Bytes       uint64
 	Packets     uint64
-	LastJiffies uint64
+	LastJiffies uint32
+	Cand        uint32
 	TcpFlags    uint32
 	Kind        uint32
 	Key         [56]uint8

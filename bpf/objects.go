@@ -113,10 +113,12 @@ type Spec struct {
 }
 
 // DefaultCacheSlots is the per-CPU flow cache's size (slots per CPU per
-// generation; two generations, 128 B a slot: 64 KiB per CPU). Measured:
-// with 20,000 flows cycling (every packet a cache miss) 1024 slots cost
-// +280 ns per packet over the table alone, 256 slots +60 (the slots leave
-// the CPU caches); a hit costs the same at either size.
+// generation; two generations, 128 B a slot: 64 KiB per CPU). Measured
+// before admission (every miss evicted): with 20,000 flows cycling 1024
+// slots cost +280 ns per packet over the table alone, 256 slots +60 (the
+// slots leave the CPU caches); a hit costs the same at either size. Since
+// a flow is admitted only on its second packet in a row at its slot, a
+// miss costs the look at the slot (BenchmarkPerPacket/flows=N/burst=B).
 const DefaultCacheSlots = 256
 
 // flowCentBytes is the size of one cache slot (struct flow_cent).
@@ -224,7 +226,12 @@ type Objects struct {
 	cur      int
 	flushing bool
 	flushPos uint32
-	cent     []FlowCent // scratch for per-CPU lookups
+	// flushBoth: adopted state, the next Sweep merges both generations
+	// before it exports: the one the packet path uses may still hold the
+	// previous run's slots, and a flow split between table and slot must
+	// not leave as two records.
+	flushBoth bool
+	cent      []FlowCent // scratch for per-CPU lookups
 
 	// Pinning (PinDir set): where, whether the maps were adopted, and the
 	// userspace bookkeeping maps.
@@ -626,7 +633,7 @@ type SweepResult struct {
 // the cache or table and Deferred is set.
 func (o *Objects) Sweep(idle time.Duration, reason EndReason, max uint32) (SweepResult, error) {
 	var merged uint32
-	for gen := 0; gen < 1 || (idle == 0 && gen < 2); gen++ {
+	for gen := 0; gen < 1 || ((idle == 0 || o.flushBoth) && gen < 2); gen++ {
 		n, deferred, err := o.FlushCache()
 		merged += n
 		if err != nil {
@@ -636,6 +643,7 @@ func (o *Objects) Sweep(idle time.Duration, reason EndReason, max uint32) (Sweep
 			return SweepResult{Merged: merged, Deferred: true}, nil
 		}
 	}
+	o.flushBoth = false
 	now, err := MonotonicCoarse()
 	if err != nil {
 		return SweepResult{}, err

@@ -293,7 +293,7 @@ func (o *Objects) adoptCache() error {
 	if mid, ok := info.ID(); ok && mid == id {
 		o.cur = 1
 	}
-	o.flushing, o.flushPos = true, 0
+	o.flushing, o.flushPos, o.flushBoth = true, 0, true
 	return nil
 }
 

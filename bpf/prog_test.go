@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"bytes"
+	"maps"
 	"runtime"
 	"sync"
 	"testing"
@@ -470,11 +471,10 @@ func TestEvictedFlowCountsOnItsMeter(t *testing.T) {
 		if _, err := o.Ingress().Run(&ebpf.RunOptions{Data: fr, Context: ctx}); err != nil {
 			t.Fatalf("test run on ifindex %d: %v", ifindex, err)
 		}
-		time.Sleep(30 * time.Millisecond) // next tick: the slot is not busy
 	}
-	send(loIfindex, 1) // X in the slot
-	send(loIfindex, 2) // Y evicts X: X takes the one table entry
-	send(dummy, 3)     // Z evicts Y: Y's insert fails
+	send(loIfindex, 1) // X in the empty slot
+	send(dummy, 3)     // Z's first packet: the table (its one entry)
+	send(dummy, 3)     // Z's second in a row is admitted, evicts X: X's insert fails
 	lo, err := o.ReadMeter(1, DirTX)
 	if err != nil {
 		t.Fatal(err)
@@ -483,8 +483,8 @@ func TestEvictedFlowCountsOnItsMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lo.FailedUpdates != 1 || du.FailedUpdates != 0 || lo.Packets != 2 || du.Packets != 1 {
-		t.Fatalf("lo meter %+v, dummy meter %+v; want Y's failed insert on lo", lo, du)
+	if lo.FailedUpdates != 1 || lo.Records != 1 || du.FailedUpdates != 0 || lo.Packets != 1 || du.Packets != 2 {
+		t.Fatalf("lo meter %+v, dummy meter %+v; want X's failed insert on lo", lo, du)
 	}
 }
 
@@ -563,5 +563,51 @@ func TestFlipUnderConcurrentRuns(t *testing.T) {
 	}
 	if b != m.Bytes || p != m.Packets || m.LostBytes != 0 {
 		t.Fatalf("Σ records %d packets %d bytes, meter %+v", p, b, m)
+	}
+}
+
+// TestCacheAdmission: with one cache slot, a flow takes the slot when it
+// is empty or on its second packet in a row; flows seen one packet at a
+// time go to the table and never evict (issue 24: a miss costs no more
+// than the table). Every packet is counted exactly once, in the slot or
+// the table. seq names flows by UDP source port.
+func TestCacheAdmission(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seq  []uint16
+		slot uint16 // the flow in the slot at the end
+		pkts uint64 // its packets there
+	}{
+		{"an empty slot takes the first packet", []uint16{1}, 1, 1},
+		{"flows one packet at a time stay in the table", []uint16{1, 2, 3, 2, 3, 4, 2}, 1, 1},
+		{"the second packet in a row is admitted", []uint16{1, 2, 2, 2}, 2, 2},
+		{"a hit in between resets the candidate", []uint16{1, 2, 1, 2, 1}, 1, 3},
+		{"admitted back after an eviction", []uint16{1, 2, 2, 1, 1}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := loadForTest(t, Spec{FlowEntries: 16, CacheSlots: 1})
+			want := map[uint16]uint64{}
+			for _, p := range tc.seq {
+				run(t, o, DirTX, eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(p, 53, pad(10)))))
+				want[p]++
+			}
+			var slots []FlowCent
+			if err := o.cacheSlots(func(c *FlowCent) { slots = append(slots, *c) }); err != nil {
+				t.Fatal(err)
+			}
+			if len(slots) != 1 || slots[0].FlowKey().SrcPort != tc.slot || slots[0].Packets != tc.pkts {
+				t.Fatalf("cache slots %+v, want flow %d with %d packets", slots, tc.slot, tc.pkts)
+			}
+			got := map[uint16]uint64{}
+			for _, f := range dumpFlows(t, o) { // table and slot added up
+				got[f.K.SrcPort] += f.V.Packets
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("packets per flow %v, want %v", got, want)
+			}
+			if m := meter(t, o, DirTX); m.Packets != uint64(len(tc.seq)) || m.FailedUpdates != 0 || m.Records != 0 {
+				t.Fatalf("meter %+v, want %d packets and no record", m, len(tc.seq))
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ package bpf
 // VS_OBJS adds more tapflow objects (space-separated paths, named by file).
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,8 @@ import (
 )
 
 // loadOther loads one tc program of an object file with every hash map
-// sized to entries and pinning removed.
+// sized to entries, a tapflow object's flow cache sized as shipped, and
+// pinning removed.
 func loadOther(b *testing.B, path, prog string, entries uint32, vars map[string]any) *ebpf.Program {
 	b.Helper()
 	spec, err := ebpf.LoadCollectionSpec(path)
@@ -43,6 +45,18 @@ func loadOther(b *testing.B, path, prog string, entries uint32, vars map[string]
 		case ebpf.Hash, ebpf.PerCPUHash, ebpf.LRUHash, ebpf.LRUCPUHash:
 			m.MaxEntries = entries
 		}
+	}
+	if _, ok := spec.Variables["cache_mask"]; ok {
+		// A tapflow object: its flow cache at the shipped size, as Load
+		// sizes it (the object's placeholders are 1024 slots).
+		vars = maps.Clone(vars)
+		if vars == nil {
+			vars = map[string]any{}
+		}
+		vars["cache_mask"] = uint32(DefaultCacheSlots - 1)
+		spec.Maps["cache0"].MaxEntries = DefaultCacheSlots
+		spec.Maps["cache1"].MaxEntries = DefaultCacheSlots
+		spec.Maps["caches"].InnerMap.MaxEntries = DefaultCacheSlots
 	}
 	for k, v := range vars {
 		if err := spec.Variables[k].Set(v); err != nil {
@@ -100,7 +114,20 @@ func BenchmarkPerPacketVersus(b *testing.B) {
 // round-robin, one run per packet, 5 rounds of fresh maps, medians: insert
 // (new flows) and, primed, hits with every packet a cache miss. "table"
 // is this object with the flow cache off.
+//
+// Its sweep cases flows=N/burst=B run the flow-count sweep of
+// BenchmarkPerPacket with NetObserv's program (VS_NETOBSERV) beside the
+// table and the empty program, and VS_BEFORE's when it is set.
 func BenchmarkPerPacketVersusCycle(b *testing.B) {
+	sweep(b, func(b *testing.B, entries uint32) ([]string, []*ebpf.Program) {
+		names := []string{"netobserv"}
+		progs := []*ebpf.Program{loadOther(b, mustEnv(b, "VS_NETOBSERV", "NetObserv's pkg/ebpf/bpf_x86_bpfel.o"), "tc_ingress_flow_parse", entries, map[string]any{"sampling": uint32(1)})}
+		if p := os.Getenv("VS_BEFORE"); p != "" {
+			names = append(names, "before")
+			progs = append(progs, loadOther(b, p, "tc_ingress", entries, nil))
+		}
+		return names, progs
+	})
 	for _, primed := range []bool{false, true} {
 		b.Run(map[bool]string{false: "insert", true: "cycle"}[primed], func(b *testing.B) {
 			const flows = 20000

@@ -172,6 +172,22 @@ var figures = []figure{
 		value: ref{"BenchmarkAgentInventoryMemory", "swap-peak-RSS-MiB", ""}},
 }
 
+// issue 24 item 5: the kernel program with its flow cache against the same
+// program with the cache off (the table alone), 1 to 65,536 live flows,
+// one packet per visit and bursts of 64 (BenchmarkPerPacket's sweep): the
+// cache must never cost more than the table.
+func init() {
+	for _, flows := range []int{1, 16, 256, 1024, 4096, 16384, 65536} {
+		for _, burst := range []int{1, 64} {
+			bench := fmt.Sprintf("BenchmarkPerPacket/flows=%d/burst=%d", flows, burst)
+			figures = append(figures, figure{
+				name:     fmt.Sprintf("kernel ns/pkt, %d flows, burst %d (flow cache vs table alone)", flows, burst),
+				value:    ref{bench, "this_ns/pkt", ""},
+				baseline: &ref{bench, "table_ns/pkt", ""}, goal: &goal{"<=", 1}, ratio: true})
+		}
+	}
+}
+
 const module = "github.com/tapflow/tapflow"
 
 var procSuffix = regexp.MustCompile(`-\d+$`)

@@ -317,8 +317,8 @@ type SummaryQuery struct {
 	// groupby labels of metrics.yml (zone, direction, external_network,
 	// lb_id).
 	GroupBy []string
-	// Filters restrict rows, e.g. {"type": {"tapflow_bytes",
-	// "tapflow_bytes_e9"}, "project_id": {"..."}}.
+	// Filters restrict rows, e.g. {"type": {"billed_bytes",
+	// "billed_bytes_e9"}, "project_id": {"..."}}.
 	Filters map[string][]string
 }
 

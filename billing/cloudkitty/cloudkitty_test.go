@@ -208,7 +208,7 @@ func rated(t *testing.T, ctx context.Context, c *cloudkitty.Client, hour time.Ti
 	rows, err := c.Summary(ctx, cloudkitty.SummaryQuery{
 		Begin: hour, End: hour.Add(time.Hour),
 		GroupBy: []string{"type", "project_id", "zone", "external_network"},
-		Filters: map[string][]string{"project_id": ids, "type": {"tapflow_bytes", "tapflow_bytes_e9"}},
+		Filters: map[string][]string{"project_id": ids, "type": {"billed_bytes", "billed_bytes_e9"}},
 	})
 	if err != nil {
 		t.Fatalf("summary: %v", err)

@@ -98,6 +98,15 @@ func billingSetup(ctx context.Context, cf *cfgFlags, publish bool, log *slog.Log
 			closeFn()
 			return nil, cfg, nil, usageErr("%v", err)
 		}
+		// The rating side's own metrics (CloudKitty: reprocesses by result).
+		if c, ok := corr.(interface{ Collectors() []prometheus.Collector }); ok && reg != nil {
+			for _, m := range c.Collectors() {
+				if err := reg.Register(m); err != nil {
+					closeFn()
+					return nil, cfg, nil, fmt.Errorf("billing.cloudkitty metrics: %w", err)
+				}
+			}
+		}
 	}
 	var delivery usage.Delivery
 	if publish && cfg.Billing.FlowLogs.Enabled() {

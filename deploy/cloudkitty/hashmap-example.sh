@@ -23,7 +23,7 @@
 # (bc), and sent as a string (a JSON number would reach CloudKitty as a float).
 # A price per GiB would be price/1073741824: up to 30 decimals, more than
 # the 28 the hashmap's Numeric(40, 28) cost column keeps. The two services of
-# metrics.yml (tapflow_bytes: the bytes below 1e9; tapflow_bytes_e9: the
+# metrics.yml (billed_bytes: the bytes below 1e9; billed_bytes_e9: the
 # whole 1e9s) get the same mappings.
 #
 # Idempotent: a service of the same name is deleted first (with its fields and
@@ -32,7 +32,7 @@ set -euo pipefail
 : "${CLOUDKITTY_URL:?set CLOUDKITTY_URL (the rating endpoint)}"
 ZONE_PRICES=${ZONE_PRICES:-"same_tenant=0.002 other_tenant=0.01 shared=0.01"}
 EXTERNAL_PRICES=${EXTERNAL_PRICES:-"public=0.05 transit=0.08"}
-SERVICES=(tapflow_bytes tapflow_bytes_e9)
+SERVICES=(billed_bytes billed_bytes_e9)
 
 if [[ -z ${OS_TOKEN:-} ]]; then
 	: "${OS_AUTH_URL:?set OS_AUTH_URL or OS_TOKEN}" "${OS_USERNAME:?}" "${OS_PASSWORD:?}" "${OS_PROJECT_NAME:?}"

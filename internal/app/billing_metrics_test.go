@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapflow/tapflow/billing/cloudkitty"
 	"github.com/tapflow/tapflow/billing/promwrite"
 	"github.com/tapflow/tapflow/billing/usage"
 	"github.com/tapflow/tapflow/internal/config"
@@ -38,6 +39,15 @@ func billingProcess(t *testing.T) process {
 	}
 	reg := obs.NewRegistry()
 	reg.MustRegister(p.Collectors()...)
+	// billing.cloudkitty.enabled: the reprocess hook's metrics join the
+	// process registry (the client connects at its first call, not here).
+	ck := cloudkitty.DefaultConfig()
+	ck.Enabled, ck.Endpoint = true, "http://127.0.0.1:9"
+	c, err := cloudkitty.New(ck, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(c.Collectors()...)
 	proc := gatheredProcess(t, "billing run", reg)
 	proc.names = append(proc.names, usage.BytesMetric, usage.PacketsMetric)
 	return proc

@@ -124,10 +124,11 @@ func (s *Snapshot) AttributeInput(f *schemas.Flow, in *Input, nowUS int64, out *
 // without a memo.
 func (s *Snapshot) AttributeInputMemo(m *Memo, f *schemas.Flow, in *Input, nowUS int64, out *Result) {
 	in.NowUS = nowUS
+	var mm, pm *Memo
 	if m != nil {
-		m.use(s)
+		mm, pm = m.use(s)
 	}
-	s.attribute(m, in, out)
+	s.attribute(mm, pm, in, out)
 	Stamp(f, out)
 }
 

@@ -134,7 +134,8 @@ func (s *Snapshot) Attribute(in *Input, out *Result) { s.attribute(nil, nil, in,
 // with s (while m's gates find that it pays). m must not be shared
 // between goroutines.
 func (s *Snapshot) AttributeMemo(m *Memo, in *Input, out *Result) {
-	mm, pm := m.use(s)
+	m.use(s)
+	mm, pm := m.memos()
 	s.attribute(mm, pm, in, out)
 }
 

@@ -126,7 +126,8 @@ func (s *Snapshot) AttributeInputMemo(m *Memo, f *schemas.Flow, in *Input, nowUS
 	in.NowUS = nowUS
 	var mm, pm *Memo
 	if m != nil {
-		mm, pm = m.use(s)
+		m.use(s)
+		mm, pm = m.memos()
 	}
 	s.attribute(mm, pm, in, out)
 	Stamp(f, out)

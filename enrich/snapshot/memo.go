@@ -1,5 +1,7 @@
 package snapshot
 
+import "math"
+
 // Memo makes a batch cost one snapshot lookup per distinct MAC and per
 // distinct remote address range instead of one per record: a node's
 // records repeat the same few dozen VM MACs, router MACs and prefixes
@@ -27,10 +29,14 @@ package snapshot
 // (each failed probe doubling the wait, up to memoMaxBackoff). The gate
 // changes how a lookup is made, never its answer.
 type Memo struct {
-	s    *Snapshot
-	gate [2]memoGate             // gateMAC, gatePrefix
-	mac  [memoMACSets][2]macSlot // two ways, the most recent first
-	pfx  [memoPrefixes]pfxSlot
+	s     *Snapshot
+	n     int64 // records attributed through m
+	next  int64 // n at which the first gate's window or off phase ends
+	macOn bool  // the gates' current choices
+	pfxOn bool
+	gate  [2]memoGate             // gateMAC, gatePrefix
+	mac   [memoMACSets][2]macSlot // two ways, the most recent first
+	pfx   [memoPrefixes]pfxSlot
 }
 
 const (
@@ -69,37 +75,29 @@ const (
 // memo (a new snapshot, the first records) warms up without being turned
 // off.
 type memoGate struct {
-	left    int32 // records left in this window or off phase; 0: start one
+	end     int64 // Memo.n at which this window or off phase ends
 	lookups int32
 	evicts  int32
 	off     bool
 	backoff uint8
 }
 
-// tick counts one record and reports whether its lookups of this kind
-// go through the memo.
-func (g *memoGate) tick() bool {
-	if g.left--; g.left <= 0 {
-		g.turn()
-	}
-	return !g.off
-}
-
-// turn ends a window or an off phase and starts the next one.
-func (g *memoGate) turn() {
+// turn ends a window or an off phase at record n and starts the next
+// one.
+func (g *memoGate) turn(n int64) {
 	switch {
 	case g.off: // the off phase is over: probe for a window
 		g.off = false
 	case g.lookups > 0 && g.evicts*memoThrashDen > g.lookups*memoThrashNum:
 		g.off = true
 		g.backoff = max(g.backoff, memoMinBackoff)
-		g.left = memoWindow << g.backoff
+		g.end = n + memoWindow<<g.backoff
 		g.backoff = min(g.backoff+1, memoMaxBackoff)
 		return
 	default: // it pays (or is still warming): the next failure waits least
 		g.backoff = 0
 	}
-	g.left, g.lookups, g.evicts = memoWindow, 0, 0
+	g.end, g.lookups, g.evicts = n+memoWindow, 0, 0
 }
 
 type macSlot struct {
@@ -126,21 +124,42 @@ func (m *Memo) Reset() {
 	clear(m.pfx[:])
 }
 
-// use makes m serve s for one record and returns the memo for its MAC
-// lookups and the one for its prefix lookups: m, or nil where that
-// kind's gate is off.
-func (m *Memo) use(s *Snapshot) (macs, prefixes *Memo) {
+// use makes m serve s for one record; memos then returns the memo for
+// its MAC lookups and the one for its prefix lookups: m, or nil where
+// that kind's gate is off. Both inline: with the gates off a record pays
+// a count and a few tests over Attribute.
+func (m *Memo) use(s *Snapshot) {
+	if m.n++; m.n >= m.next || m.s != s {
+		m.turn(s)
+	}
+}
+
+func (m *Memo) memos() (macs, prefixes *Memo) {
+	if m.macOn {
+		macs = m
+	}
+	if m.pfxOn {
+		prefixes = m
+	}
+	return macs, prefixes
+}
+
+// turn is use's slow path: another snapshot, or a gate's window or off
+// phase at its end.
+func (m *Memo) turn(s *Snapshot) {
 	if m.s != s {
 		m.Reset()
 		m.s = s
 	}
-	if m.gate[gateMAC].tick() {
-		macs = m
+	m.next = math.MaxInt64
+	for i := range m.gate {
+		g := &m.gate[i]
+		if m.n >= g.end {
+			g.turn(m.n)
+		}
+		m.next = min(m.next, g.end)
 	}
-	if m.gate[gatePrefix].tick() {
-		prefixes = m
-	}
-	return macs, prefixes
+	m.macOn, m.pfxOn = !m.gate[gateMAC].off, !m.gate[gatePrefix].off
 }
 
 func memoHash(k uint64, bits uint) uint64 { return (k * 0x9E3779B97F4A7C15) >> (64 - bits) }

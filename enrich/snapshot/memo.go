@@ -67,9 +67,10 @@ const (
 	// An off phase lasts memoWindow << backoff records; backoff starts at
 	// memoMinBackoff and grows by one per failed probe up to
 	// memoMaxBackoff, so a thrashing memo costs at most one window in
-	// 1+2^memoMaxBackoff once it has settled.
+	// 1+2^memoMaxBackoff once it has settled (a probe every 65,536 records:
+	// at 10,000 VMs in random order the probes cost 2-3% at 16,384).
 	memoMinBackoff = 2
-	memoMaxBackoff = 6
+	memoMaxBackoff = 8
 )
 
 // memoGate decides, per kind of key, whether the records of the current

@@ -55,7 +55,8 @@ func (e *Engine) putWork(w *batchWork) {
 
 // attribute stamps recs and returns them without the records it held,
 // followed by released held records. The lookups go through w's memo:
-// one per distinct MAC and address range. It does not allocate once w's
+// one per distinct MAC and address range, where the memo's gates find
+// that it pays (snapshot.Memo). It does not allocate once w's
 // hold slice and the late-binding buffer have grown.
 func (e *Engine) attribute(w *batchWork, s *snapshot.Snapshot, now time.Time, recs []schemas.Flow) []schemas.Flow {
 	nowUS := now.UnixMicro()

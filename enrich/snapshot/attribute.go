@@ -127,14 +127,16 @@ func has(list []netip.Addr, a netip.Addr) bool {
 //     global rows;
 //  5. external records get the exit label: the peer router MAC's network,
 //     else the VM port's fallback, else none.
-func (s *Snapshot) Attribute(in *Input, out *Result) { s.attribute(nil, in, out) }
+func (s *Snapshot) Attribute(in *Input, out *Result) { s.attribute(nil, nil, in, out) }
 
 // AttributeMemo is Attribute through m: the same result, at one map or
 // table lookup per distinct MAC and address range m has not seen yet
-// with s. m must not be shared between goroutines.
+// with s (while m's gates find that it pays). m must not be shared
+// between goroutines.
 func (s *Snapshot) AttributeMemo(m *Memo, in *Input, out *Result) {
 	m.use(s)
-	s.attribute(m, in, out)
+	mm, pm := m.memos()
+	s.attribute(mm, pm, in, out)
 }
 
 // live is the ghost check of lookupMAC on an entry the map returned.
@@ -142,8 +144,9 @@ func live(e macEntry, ok bool, nowUS int64) bool {
 	return ok && e.ep != nil && (e.deleteAt == 0 || nowUS < e.deleteAt)
 }
 
-// attribute is Attribute with its lookups through m (nil: none).
-func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
+// attribute is Attribute with its MAC lookups through m and its prefix
+// lookups through pm (nil: none).
+func (s *Snapshot) attribute(m, pm *Memo, in *Input, out *Result) {
 	*out = Result{TenantID: schemas.UnknownTenant, ExternalNetwork: schemas.NoExternalNetwork, Zone: schemas.ZoneMiss, Version: s.version}
 	local, remote := in.LocalIP.Unmap(), in.RemoteIP.Unmap()
 	// the memo's calls are spelled out, not wrapped: a wrapper does not
@@ -255,8 +258,8 @@ func (s *Snapshot) attribute(m *Memo, in *Input, out *Result) {
 		return // no address to classify: miss
 	}
 	var r *rowVal
-	if m != nil {
-		r = m.prefix1(s, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
+	if pm != nil {
+		r = pm.prefix1(s, vme.tenant, vme.domain, addrKey(remote), !remote.Is4())
 	} else {
 		r = s.lookupPrefix(vme.tenant, vme.domain, remote)
 	}

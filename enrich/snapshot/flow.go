@@ -124,10 +124,12 @@ func (s *Snapshot) AttributeInput(f *schemas.Flow, in *Input, nowUS int64, out *
 // without a memo.
 func (s *Snapshot) AttributeInputMemo(m *Memo, f *schemas.Flow, in *Input, nowUS int64, out *Result) {
 	in.NowUS = nowUS
+	var mm, pm *Memo
 	if m != nil {
 		m.use(s)
+		mm, pm = m.memos()
 	}
-	s.attribute(m, in, out)
+	s.attribute(mm, pm, in, out)
 	Stamp(f, out)
 }
 

@@ -1,5 +1,7 @@
 package snapshot
 
+import "math"
+
 // Memo makes a batch cost one snapshot lookup per distinct MAC and per
 // distinct remote address range instead of one per record: a node's
 // records repeat the same few dozen VM MACs, router MACs and prefixes
@@ -15,10 +17,27 @@ package snapshot
 // tables of two ways (a third key replaces the least recent), so the Memo
 // never grows. A Memo is not safe for concurrent use; the zero value is
 // ready.
+//
+// A Memo that thrashes costs more than it saves: when a node sees more
+// distinct keys than the tables hold, in an order without locality, most
+// lookups evict an entry and every one pays the memo's probe and fill on
+// top of the snapshot's lookup. So each kind of key (MACs, prefixes) has
+// a gate that counts, over a window of records, the lookups and the
+// evictions; a window where evictions pass memoThrashNum/memoThrashDen
+// of the lookups turns that kind's memo off, and the records go straight
+// to the snapshot, as Attribute does, until a later window probes again
+// (each failed probe doubling the wait, up to memoMaxBackoff; each window
+// that pays halving it). The gate changes how a lookup is made, never
+// its answer.
 type Memo struct {
-	s   *Snapshot
-	mac [memoMACSets][2]macSlot // two ways, the most recent first
-	pfx [memoPrefixes]pfxSlot
+	s     *Snapshot
+	n     int64 // records attributed through m
+	next  int64 // n at which the first gate's window or off phase ends
+	macOn bool  // the gates' current choices
+	pfxOn bool
+	gate  [2]memoGate             // gateMAC, gatePrefix
+	mac   [memoMACSets][2]macSlot // two ways, the most recent first
+	pfx   [memoPrefixes]pfxSlot
 }
 
 const (
@@ -32,7 +51,59 @@ const (
 	keyVLAN = 1 << 63
 	keyUsed = 1 << 62
 	keyOK   = 1 << 61
+
+	gateMAC    = 0 // MAC and trunk-subport lookups
+	gatePrefix = 1 // remote address ranges
+	// memoWindow records make one window of a gate: enough lookups that
+	// a warm memo's share of evictions is measured, few enough that a
+	// thrashing one stops soon.
+	memoWindow = 256
+	// A window thrashes when evictions > lookups × memoThrashNum /
+	// memoThrashDen. A MAC memo over 10,000 VMs in random order evicts on
+	// ~45-58% of its lookups and costs more than it saves; over 1,000 VMs
+	// (random or clustered) and 10,000 clustered, 0-3% (BenchmarkAttributeMemo).
+	memoThrashNum = 1
+	memoThrashDen = 4
+	// An off phase lasts memoWindow << backoff records; backoff starts at
+	// memoMinBackoff and grows by one per failed probe up to
+	// memoMaxBackoff, so a thrashing memo costs at most one window in
+	// 1+2^memoMaxBackoff once it has settled (a probe every 65,536 records:
+	// at 10,000 VMs in random order the probes cost 2-3% at 16,384).
+	memoMinBackoff = 2
+	memoMaxBackoff = 8
 )
+
+// memoGate decides, per kind of key, whether the records of the current
+// window go through the memo. While on it counts the window's lookups and
+// evictions; a miss that fills an empty way is not an eviction, so a cold
+// memo (a new snapshot, the first records) warms up without being turned
+// off.
+type memoGate struct {
+	end     int64 // Memo.n at which this window or off phase ends
+	lookups int32
+	evicts  int32
+	off     bool
+	backoff uint8
+}
+
+// turn ends a window or an off phase at record n and starts the next
+// one.
+func (g *memoGate) turn(n int64) {
+	switch {
+	case g.off: // the off phase is over: probe for a window
+		g.off = false
+	case g.lookups > 0 && g.evicts*memoThrashDen > g.lookups*memoThrashNum:
+		g.off = true
+		g.backoff = max(g.backoff, memoMinBackoff)
+		g.end = n + memoWindow<<g.backoff
+		g.backoff = min(g.backoff+1, memoMaxBackoff)
+		return
+	case g.backoff > 0: // it pays (or is still warming): the next failure
+		// waits less; one lucky probe does not bring back short waits
+		g.backoff--
+	}
+	g.end, g.lookups, g.evicts = n+memoWindow, 0, 0
+}
 
 type macSlot struct {
 	key uint64 // the lookup key | keyUsed [| keyOK]; 0: empty
@@ -50,19 +121,50 @@ type pfxSlot struct {
 }
 
 // Reset forgets every entry (and the snapshot). Attribution with another
-// snapshot than the last resets first.
+// snapshot than the last resets first. The gates stay as they are: they
+// measure the traffic, not the snapshot.
 func (m *Memo) Reset() {
 	m.s = nil
 	clear(m.mac[:])
 	clear(m.pfx[:])
 }
 
-// use makes m serve s.
+// use makes m serve s for one record; memos then returns the memo for
+// its MAC lookups and the one for its prefix lookups: m, or nil where
+// that kind's gate is off. Both inline: with the gates off a record pays
+// a count and a few tests over Attribute.
 func (m *Memo) use(s *Snapshot) {
+	if m.n++; m.n >= m.next || m.s != s {
+		m.turn(s)
+	}
+}
+
+func (m *Memo) memos() (macs, prefixes *Memo) {
+	if m.macOn {
+		macs = m
+	}
+	if m.pfxOn {
+		prefixes = m
+	}
+	return macs, prefixes
+}
+
+// turn is use's slow path: another snapshot, or a gate's window or off
+// phase at its end.
+func (m *Memo) turn(s *Snapshot) {
 	if m.s != s {
 		m.Reset()
 		m.s = s
 	}
+	m.next = math.MaxInt64
+	for i := range m.gate {
+		g := &m.gate[i]
+		if m.n >= g.end {
+			g.turn(m.n)
+		}
+		m.next = min(m.next, g.end)
+	}
+	m.macOn, m.pfxOn = !m.gate[gateMAC].off, !m.gate[gatePrefix].off
 }
 
 func memoHash(k uint64, bits uint) uint64 { return (k * 0x9E3779B97F4A7C15) >> (64 - bits) }
@@ -72,7 +174,7 @@ func (m *Memo) mac1(s *Snapshot, mac uint64) (macEntry, bool) {
 	set, hit := m.find(mac)
 	if hit == nil {
 		e, ok := s.macs[mac]
-		hit = put(set, mac, e, ok)
+		hit = m.put(set, mac, e, ok)
 	}
 	return hit.e, hit.key&keyOK != 0
 }
@@ -83,13 +185,15 @@ func (m *Memo) vlan1(s *Snapshot, mac uint64, vlan uint16) (macEntry, bool) {
 	set, hit := m.find(k)
 	if hit == nil {
 		e, ok := s.vlans[vlanKey{mac, vlan}]
-		hit = put(set, k, e, ok)
+		hit = m.put(set, k, e, ok)
 	}
 	return hit.e, hit.key&keyOK != 0
 }
 
-// find is the set of key k and its slot, nil when k is not in it.
+// find is the set of key k and its slot, nil when k is not in it. It
+// counts the lookup for the gate.
 func (m *Memo) find(k uint64) (*[2]macSlot, *macSlot) {
+	m.gate[gateMAC].lookups++
 	set := &m.mac[memoHash(k, memoMACBits)]
 	k |= keyUsed
 	if set[0].key&^keyOK == k {
@@ -102,8 +206,11 @@ func (m *Memo) find(k uint64) (*[2]macSlot, *macSlot) {
 }
 
 // put makes (k, e, ok) the most recent entry of set, the other way the
-// one before it.
-func put(set *[2]macSlot, k uint64, e macEntry, ok bool) *macSlot {
+// one before it, and counts an eviction when the least recent was in use.
+func (m *Memo) put(set *[2]macSlot, k uint64, e macEntry, ok bool) *macSlot {
+	if set[1].key != 0 {
+		m.gate[gateMAC].evicts++
+	}
 	set[1] = set[0]
 	set[0].e, set[0].key = e, k|keyUsed
 	if ok {
@@ -119,6 +226,8 @@ func put(set *[2]macSlot, k uint64, e macEntry, ok bool) *macSlot {
 // (IPv6: /48); both are looked at. Internet addresses mostly fall in
 // large ranges, cloud subnets and host rows in small ones.
 func (m *Memo) prefix1(s *Snapshot, tenant, domain uint32, k u128, v6 bool) *rowVal {
+	g := &m.gate[gatePrefix]
+	g.lookups++
 	owner := uint64(tenant)<<32 | uint64(domain)
 	coarse, fine := k.lo>>16, k.lo>>8
 	if v6 {
@@ -141,6 +250,9 @@ func (m *Memo) prefix1(s *Snapshot, tenant, domain uint32, k u128, v6 bool) *row
 	sl := sf
 	if !bl.less(lo) && !hi.less(bh) { // the range covers the block
 		sl = sc
+	}
+	if sl.used {
+		g.evicts++
 	}
 	*sl = pfxSlot{used: true, v6: v6, owner: owner, lo: lo, hi: hi, val: i}
 	return s.row(i)

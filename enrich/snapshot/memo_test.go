@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -137,19 +138,24 @@ func TestAttributeMemoSame(t *testing.T) {
 		{"realistic cloud, node-local mix", realistic, mixedTrafficOver(t, 20000, 4)},
 		{"realistic cloud, all-tenants mix", realistic, mixedTraffic(t, 50000)},
 	}
-	var m Memo
+	// m as the Engine has it (its gates may turn it off on the random
+	// corpora); pinned with its gates held on, so every record of every
+	// corpus goes through the memo's tables
+	var m, pinned Memo
+	pinned.gate[gateMAC].end, pinned.gate[gatePrefix].end = math.MaxInt64, math.MaxInt64
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			diff, zones := 0, map[schemas.Zone]int{}
 			for pass := range 2 {
 				for i := range c.ins {
-					var want, got Result
-					x, y := c.ins[i], c.ins[i]
+					var want, got, gotPinned Result
+					x, y, z := c.ins[i], c.ins[i], c.ins[i]
 					c.s.Attribute(&x, &want)
 					c.s.AttributeMemo(&m, &y, &got)
-					if got != want {
+					c.s.AttributeMemo(&pinned, &z, &gotPinned)
+					if got != want || gotPinned != want {
 						if diff++; diff <= 5 {
-							t.Errorf("pass %d record %d %+v:\nmemo  %+v\nplain %+v", pass, i, c.ins[i], got, want)
+							t.Errorf("pass %d record %d %+v:\nmemo   %+v\npinned %+v\nplain  %+v", pass, i, c.ins[i], got, gotPinned, want)
 						}
 					}
 					zones[want.Zone]++
@@ -165,6 +171,50 @@ func TestAttributeMemoSame(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMemoGateSwitch: a Memo whose traffic goes from one hypervisor's
+// working set (≈40 VMs: the memo pays) to 10,000 VMs in random order
+// (it thrashes: the gates turn it off) and back (a probe finds it pays
+// again: on) gives exactly Attribute's result on every record, before,
+// across and after both switches, and the gates do switch.
+func TestMemoGateSwitch(t *testing.T) {
+	s := realistic(t)
+	phases := []struct {
+		name string
+		ins  []Input
+		// the MAC gate's state at the end of the phase
+		macOff bool
+	}{
+		{"node-local", mixedTrafficOver(t, 20000, 4), false},
+		{"all-tenants random", mixedTraffic(t, 50000), true},
+		{"node-local again", mixedTrafficOver(t, 40000, 4), false},
+	}
+	var m Memo
+	for _, p := range phases {
+		offs, ons := 0, 0 // records with the MAC gate off, on
+		for i := range p.ins {
+			var want, got Result
+			x, y := p.ins[i], p.ins[i]
+			s.Attribute(&x, &want)
+			s.AttributeMemo(&m, &y, &got)
+			if got != want {
+				t.Fatalf("%s record %d %+v (gates %+v):\nmemo  %+v\nplain %+v", p.name, i, p.ins[i], m.gate, got, want)
+			}
+			if m.gate[gateMAC].off {
+				offs++
+			} else {
+				ons++
+			}
+		}
+		t.Logf("%s: MAC gate off for %d records, on for %d; gates at the end %+v", p.name, offs, ons, m.gate)
+		if m.gate[gateMAC].off != p.macOff {
+			t.Errorf("%s: MAC gate off %v at the end, want %v (gates %+v)", p.name, m.gate[gateMAC].off, p.macOff, m.gate)
+		}
+		if p.macOff && ons > len(p.ins)/4 {
+			t.Errorf("%s: the thrashing memo stayed on for %d of %d records", p.name, ons, len(p.ins))
+		}
 	}
 }
 

@@ -139,6 +139,18 @@ func runNodeView(t *testing.T, b *bus) {
 			t.Fatal(err)
 		}
 	}
+	// A new leader reads what the stream holds (headers only) to
+	// republish only the overlays that differ.
+	sums, err := nodeview.HeldSums(ctx, svc.js)
+	if err != nil {
+		t.Fatalf("inventory cannot read the overlays' sums: %v", err)
+	}
+	for _, node := range x.Nodes() {
+		data, err := nodeview.Encode(x.Overlay(node))
+		if err != nil || sums[node] != nodeview.Sum(data) {
+			t.Fatalf("overlay sum of %s: %q, want %q (%v)", node, sums[node], nodeview.Sum(data), err)
+		}
+	}
 	if v := svc.violations(); v != 0 {
 		t.Fatalf("inventory: %v permission violations doing its job", v)
 	}

@@ -200,9 +200,14 @@ func For(u User) Permissions {
 		}
 		p = append(p, "$JS.API.STREAM.PURGE."+InventoryStream, "$O."+InventoryBucket+".>", "$KV."+LeaseBucket+".>",
 			InventoryDelta, InventoryCurrent)
-		// Node-scoped views: every node's overlay.
+		// Node-scoped views: every node's overlay, and an ordered
+		// consumer of their headers (a new leader republishes only the
+		// overlays whose sum differs).
 		p = append(p, "$JS.API.STREAM.INFO."+InventoryNodesStream, "$JS.API.STREAM.CREATE."+InventoryNodesStream,
 			"$JS.API.STREAM.UPDATE."+InventoryNodesStream, InventoryNodeRoot+".*")
+		for _, op := range []string{"CREATE", "INFO", "MSG.NEXT", "DELETE"} {
+			p = append(p, "$JS.API.CONSUMER."+op+"."+InventoryNodesStream+".>")
+		}
 		return Permissions{Publish: p, Subscribe: []string{inbox, InventoryLookup}, AllowResponses: true}
 	case Subscriber:
 		// Its own consumers only, each by name: the durable (created or

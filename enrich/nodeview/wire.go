@@ -27,6 +27,8 @@ const (
 	// Format names the encoding; a reader refuses others.
 	Format    = "gob+zstd/1"
 	hdrFormat = "Tapflow-Overlay-Format"
+	// SumsConsumer is the consumer HeldSums reads with.
+	SumsConsumer = "tapflow-inventory-sums"
 	// hdrSum carries Sum of the overlay: a new leader compares it with
 	// its own overlays and republishes only those that differ.
 	hdrSum = "Tapflow-Overlay-Sum"
@@ -141,8 +143,8 @@ func Sum(data []byte) string {
 }
 
 // HeldSums reads the Sum of every overlay Stream holds, by node, from the
-// headers of the last message on each node's subject (an ordered
-// consumer that delivers headers only: about 200 bytes a node, no
+// headers of the last message on each node's subject (consumer
+// SumsConsumer, which delivers headers only: about 200 bytes a node, no
 // overlay crosses the bus). An overlay published without one is left
 // out.
 func HeldSums(ctx context.Context, js jetstream.JetStream) (map[string]string, error) {
@@ -154,11 +156,14 @@ func HeldSums(ctx context.Context, js jetstream.JetStream) (map[string]string, e
 	if st.CachedInfo().State.Msgs == 0 {
 		return out, nil
 	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{SubjectRoot + ".*"},
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true})
+	// One consumer by name (the service's right names it), deleted after.
+	c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Name: SumsConsumer, FilterSubject: SubjectRoot + ".*",
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
 	if err != nil {
-		return nil, fmt.Errorf("overlay sums: consumer on %s: %w", Stream, err)
+		return nil, fmt.Errorf("overlay sums: consumer %s on %s: %w", SumsConsumer, Stream, err)
 	}
+	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), SumsConsumer) }()
 	for {
 		done, got, err := fetchSums(ctx, c, out)
 		if done {

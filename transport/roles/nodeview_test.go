@@ -29,6 +29,7 @@ func TestNodeViewNamesAgree(t *testing.T) {
 	for _, c := range [][2]string{
 		{roles.InventoryNodesStream, nodeview.Stream},
 		{roles.InventoryNodeRoot + ".n1", nodeview.Subject("n1")},
+		{roles.InventorySumsConsumer, nodeview.SumsConsumer},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("roles has %q, nodeview %q", c[0], c[1])

@@ -78,6 +78,8 @@ type Service struct {
 	lastPub    *inventory.Inventory // what the store holds of it: last, or its shared view (Views)
 	lastDigest string               // lastPub's digest once published by this instance
 	overlays   map[string][]byte    // Views: each node's last published overlay, encoded
+	built      *nodeview.Overlays   // Views: every node's overlay of the last inventory indexed
+	heldSums   map[string]string    // Views: Sum of each overlay the stream held at start, until compared
 	overlaysN  *prometheus.CounterVec
 	reads      uint64
 	confirm    chan struct{}
@@ -453,22 +455,43 @@ func (s *Service) step(ctx context.Context, obs jetstream.ObjectStore, confirm b
 }
 
 // publishOverlays publishes the overlays that changed since this
-// instance last published them (all of them after a start or takeover:
-// the stream keeps one per node, a repeat is harmless), for the nodes
-// with a VM port.
+// instance last published them, for the nodes with a VM port. Only the
+// overlays whose inputs changed are rebuilt (nodeview.Overlays): a change
+// costs the nodes it touches. After a start or takeover it compares its
+// overlays with the sums the stream holds and republishes only those
+// that differ (all of them when the sums cannot be read: a repeat is
+// harmless, the stream keeps one per node).
 func (s *Service) publishOverlays(ctx context.Context, idx *nodeview.Index) {
 	if s.overlays == nil {
 		s.overlays = map[string][]byte{}
+		sums, err := nodeview.HeldSums(ctx, s.js)
+		if err != nil {
+			s.log.Info("inventory serve: the overlays the stream holds are not known; republishing every one", "err", err)
+		}
+		s.heldSums = sums
+	}
+	if s.built == nil {
+		s.built = nodeview.NewOverlays()
+	}
+	rebuilt, full := s.built.Update(idx)
+	if full != "" && len(s.overlays) > 0 {
+		s.log.Debug("every node overlay rebuilt", "why", full)
 	}
 	sent, failed := 0, 0
 	for _, node := range idx.Nodes() {
-		o := idx.Overlay(node)
-		if !o.HasVM() {
+		data, vm, err := s.built.Encoded(node)
+		if !vm && err == nil {
 			continue // a network node: no agent attributes from it
 		}
-		data, err := nodeview.Encode(o)
 		if err == nil && bytes.Equal(data, s.overlays[node]) {
 			continue
+		}
+		if sum, ok := s.heldSums[node]; ok && err == nil {
+			delete(s.heldSums, node)
+			if sum == nodeview.Sum(data) {
+				s.overlays[node] = data // the stream has it: published by the previous leader
+				continue
+			}
 		}
 		if err == nil {
 			err = nodeview.PublishEncoded(ctx, s.js, node, data)
@@ -486,7 +509,7 @@ func (s *Service) publishOverlays(ctx context.Context, idx *nodeview.Index) {
 		sent++
 	}
 	if sent > 0 || failed > 0 {
-		s.log.Info("node overlays published", "changed", sent, "failed", failed)
+		s.log.Info("node overlays published", "changed", sent, "failed", failed, "rebuilt", len(rebuilt))
 	}
 }
 

@@ -98,9 +98,10 @@ func TestServeNodeViews(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	actx, acancel := context.WithCancel(ctx) // instance a, stopped for the takeover below
 	sdone := make(chan struct{})
-	go func() { defer close(sdone); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-sdone })
+	go func() { defer close(sdone); _ = s.Run(actx) }()
+	t.Cleanup(func() { acancel(); <-sdone })
 
 	agent := func(node string) *nodeview.Provider {
 		inner, err := natsinv.NewProvider(srv.NC, natsinv.Options{StatePath: filepath.Join(dir, node+".state"), Logger: slog.New(slog.DiscardHandler)})
@@ -162,5 +163,38 @@ func TestServeNodeViews(t *testing.T) {
 	}
 	if e := testutil.ToFloat64(s.overlaysN.WithLabelValues("error")); e != 0 {
 		t.Fatalf("%v overlays failed", e)
+	}
+
+	// Takeover: a stops (and hands the lease over); b finds every
+	// overlay the stream holds equal to its own and republishes none,
+	// then publishes the one a second boot on cmp1 changes.
+	acancel()
+	<-sdone
+	fb, err := inventory.NewFile(path) // b's own reader: it reads the file from the start
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := New(Config{Instance: "b", Lease: 2 * time.Second, PollInterval: 100 * time.Millisecond, Views: nb,
+		Guard: inventory.DropGuard{MaxDrop: 1, ConfirmReads: 1}}, fileSource{fb}, srv.JS, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdone := make(chan struct{})
+	go func() { defer close(bdone); _ = sb.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-bdone })
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(sb.published.WithLabelValues("unchanged"))+testutil.ToFloat64(sb.published.WithLabelValues("ok")) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance b published nothing in %s", wait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(sb.overlaysN.WithLabelValues("ok")); got != 0 {
+		t.Fatalf("takeover republished %v unchanged overlays", got)
+	}
+	inv = viewsCloud(t, path, 3) // two more VMs: late-1 on cmp2, late-2 on cmp1
+	poll(a1, "cmp1", inv)
+	poll(a2, "cmp2", inv)
+	if got := testutil.ToFloat64(sb.overlaysN.WithLabelValues("ok")); got != 2 {
+		t.Fatalf("instance b published %v overlays for a change on both nodes, want 2", got)
 	}
 }

@@ -155,11 +155,19 @@ func (x *Index) Nodes() []string {
 
 // Overlay is node's overlay: Merge(x.Shared(), x.Overlay(node)) equals
 // View(inv, node).
-func (x *Index) Overlay(node string) *Overlay {
+func (x *Index) Overlay(node string) *Overlay { return x.overlay(node, func(string) {}) }
+
+// overlay is Overlay; dep is called with every key (node, id or address)
+// under which it looks up a record of the inventory, the lookups that
+// found nothing included: the overlay changes only if a record filed
+// under one of them changes (see changedKeys), or the ids every view
+// keeps do.
+func (x *Index) overlay(node string, dep func(string)) *Overlay {
 	inv := x.inv
 	v := x.b.newView(inv)
 	v.memo = x.global.memo
 	mine := map[string]bool{}
+	dep(node)
 	// the ports: bound here, and the subports of their trunks
 	var own []int
 	for _, i := range x.byHost[node] {
@@ -168,6 +176,7 @@ func (x *Index) Overlay(node string) *Overlay {
 	}
 	for _, i := range x.byHost[node] {
 		for _, s := range x.subports[inv.Ports[i].ID] {
+			dep(s)
 			if j, ok := x.port[s]; ok && !v.own[s] {
 				v.own[s] = true
 				own = append(own, j)
@@ -182,15 +191,20 @@ func (x *Index) Overlay(node string) *Overlay {
 	}
 	for _, i := range own {
 		p := &inv.Ports[i]
+		dep(p.ID)       // its record, trunks and floating IPs
+		dep(p.DeviceID) // its amphorae
+		dep(p.Project())
 		keep(p.ID)
 		keep(p.DeviceID)
 		keep(p.NetworkID)
 		for _, f := range p.FixedIPs {
 			keep(f.SubnetID)
 			v.localIPs[f.IPAddress] = true
+			dep(f.IPAddress) // pools with a member there
 		}
 		for _, a := range p.AllowedAddressPairs {
 			v.localIPs[a.IPAddress] = true
+			dep(a.IPAddress)
 		}
 		for _, a := range x.ampByDev[p.DeviceID] {
 			if lb := inv.Amphorae[a].LoadBalancerID; lb != "" {
@@ -204,9 +218,13 @@ func (x *Index) Overlay(node string) *Overlay {
 		}
 	}
 	for lb := range v.lbLocal {
+		dep(lb) // its record and pools
 		if i, ok := x.lb[lb]; ok {
 			keep(inv.LoadBalancers[i].VIPPortID)
 		}
+	}
+	for m := range mine {
+		dep(m) // network, subnet, router, server, amphorae, floating IPs
 	}
 	o := &Overlay{Node: node}
 	rename := func(s string) { o.Rename = append(o.Rename, Rename{x.b.pseudonym(x.global.memo, s), s}) }

@@ -3,10 +3,13 @@ package nodeview
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/gob"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
@@ -24,6 +27,11 @@ const (
 	// Format names the encoding; a reader refuses others.
 	Format    = "gob+zstd/1"
 	hdrFormat = "Tapflow-Overlay-Format"
+	// SumsConsumer is the consumer HeldSums reads with.
+	SumsConsumer = "tapflow-inventory-sums"
+	// hdrSum carries Sum of the overlay: a new leader compares it with
+	// its own overlays and republishes only those that differ.
+	hdrSum = "Tapflow-Overlay-Sum"
 	// maxDecoded bounds what one overlay may decompress to.
 	maxDecoded = 64 << 20
 )
@@ -116,6 +124,7 @@ func PublishEncoded(ctx context.Context, js jetstream.JetStream, node string, da
 	}
 	m := nats.NewMsg(Subject(node))
 	m.Header.Set(hdrFormat, Format)
+	m.Header.Set(hdrSum, Sum(data))
 	m.Data = data
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		if errors.Is(err, nats.ErrMaxPayload) {
@@ -124,6 +133,69 @@ func PublishEncoded(ctx context.Context, js jetstream.JetStream, node string, da
 		return fmt.Errorf("publish overlay of %s: %w", node, err)
 	}
 	return nil
+}
+
+// Sum is the digest of an encoded overlay PublishEncoded sends in its
+// header: hex SHA-256.
+func Sum(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
+}
+
+// HeldSums reads the Sum of every overlay Stream holds, by node, from the
+// headers of the last message on each node's subject (consumer
+// SumsConsumer, which delivers headers only: about 200 bytes a node, no
+// overlay crosses the bus). An overlay published without one is left
+// out.
+func HeldSums(ctx context.Context, js jetstream.JetStream) (map[string]string, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return nil, fmt.Errorf("overlay sums: stream %s: %w", Stream, err)
+	}
+	out := map[string]string{}
+	if st.CachedInfo().State.Msgs == 0 {
+		return out, nil
+	}
+	// One consumer by name (the service's right names it), deleted after.
+	c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Name: SumsConsumer, FilterSubject: SubjectRoot + ".*",
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("overlay sums: consumer %s on %s: %w", SumsConsumer, Stream, err)
+	}
+	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), SumsConsumer) }()
+	for {
+		done, got, err := fetchSums(ctx, c, out)
+		if done {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("overlay sums: fetch from %s: %w", Stream, err)
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("overlay sums: %s delivered nothing", Stream)
+		}
+	}
+}
+
+// fetchSums adds one batch of HeldSums; done when the last was read.
+func fetchSums(ctx context.Context, c jetstream.Consumer, out map[string]string) (done bool, got int, err error) {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	batch, err := c.Fetch(1000, jetstream.FetchContext(fctx))
+	if err != nil {
+		return false, 0, err
+	}
+	for m := range batch.Messages() {
+		got++
+		if sum := m.Headers().Get(hdrSum); sum != "" {
+			out[strings.TrimPrefix(m.Subject(), SubjectRoot+".")] = sum
+		}
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			return true, got, nil
+		}
+	}
+	return false, got, batch.Error()
 }
 
 // ErrNoOverlay means the service has published no overlay for the node.

@@ -29,6 +29,7 @@ func TestNodeViewNamesAgree(t *testing.T) {
 	for _, c := range [][2]string{
 		{roles.InventoryNodesStream, nodeview.Stream},
 		{roles.InventoryNodeRoot + ".n1", nodeview.Subject("n1")},
+		{roles.InventorySumsConsumer, nodeview.SumsConsumer},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("roles has %q, nodeview %q", c[0], c[1])
@@ -137,6 +138,18 @@ func runNodeView(t *testing.T, b *bus) {
 	for _, node := range x.Nodes() {
 		if err := nodeview.Publish(ctx, svc.js, x.Overlay(node)); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// A new leader reads what the stream holds (headers only) to
+	// republish only the overlays that differ.
+	sums, err := nodeview.HeldSums(ctx, svc.js)
+	if err != nil {
+		t.Fatalf("inventory cannot read the overlays' sums: %v", err)
+	}
+	for _, node := range x.Nodes() {
+		data, err := nodeview.Encode(x.Overlay(node))
+		if err != nil || sums[node] != nodeview.Sum(data) {
+			t.Fatalf("overlay sum of %s: %q, want %q (%v)", node, sums[node], nodeview.Sum(data), err)
 		}
 	}
 	if v := svc.violations(); v != 0 {

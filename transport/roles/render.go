@@ -127,7 +127,7 @@ var rows = []row{
 	{"collector", User{Name: "<user>", Role: Collector, Durable: "<durable>"},
 		"sets up the streams and **its** durables (`<durable>`, `<durable>-meters`; default `tapflow-collector`), consumes, acks, dead-letters (on `tapflow.dlq.<flows\\|meters>.<node>`, evicting a node's own oldest letters beyond `collector.dlq_letters_per_node`, [delivery.md](delivery.md#dead-letters-per-sender))"},
 	{"inventory (`tapflow inventory serve`)", User{Name: "<user>", Role: Inventory},
-		"the snapshot store (`" + InventoryStream + "`: put, purge of a replaced version), the lease (`" + LeaseStream + "`), deltas, current-notes, lookup answers (`allow_responses`), every node's overlay (`" + InventoryNodesStream + "`)"},
+		"the snapshot store (`" + InventoryStream + "`: put, purge of a replaced version), the lease (`" + LeaseStream + "`), deltas, current-notes, lookup answers (`allow_responses`), every node's overlay (`" + InventoryNodesStream + "`) and, on taking the lease, their sums (consumer `" + InventorySumsConsumer + "`: headers only)"},
 	{"subscriber with `durable: <durable>`", User{Name: "<user>", Role: Subscriber, Durable: "<durable>"},
 		"reads live (core NATS) and from its durable, which it may create or update (as the example subscribers do at start); no other consumer, by any name"},
 	{"subscriber with `ordered: true`", User{Name: "<user>", Role: Subscriber, Ordered: true, Slots: 1},

@@ -65,6 +65,9 @@ const (
 	// views) on InventoryNodeRoot.<node> (enrich/nodeview).
 	InventoryNodesStream = "TAPFLOW_INVENTORY_NODES"
 	InventoryNodeRoot    = "tapflow.inventory.node"
+	// InventorySumsConsumer is the consumer a new leader reads the
+	// overlays' sums with (headers only).
+	InventorySumsConsumer = "tapflow-inventory-sums"
 )
 
 // InventoryMeta is the subject each put of the inventory snapshot
@@ -200,9 +203,14 @@ func For(u User) Permissions {
 		}
 		p = append(p, "$JS.API.STREAM.PURGE."+InventoryStream, "$O."+InventoryBucket+".>", "$KV."+LeaseBucket+".>",
 			InventoryDelta, InventoryCurrent)
-		// Node-scoped views: every node's overlay.
+		// Node-scoped views: every node's overlay, and an ordered
+		// consumer of their headers (a new leader republishes only the
+		// overlays whose sum differs).
 		p = append(p, "$JS.API.STREAM.INFO."+InventoryNodesStream, "$JS.API.STREAM.CREATE."+InventoryNodesStream,
 			"$JS.API.STREAM.UPDATE."+InventoryNodesStream, InventoryNodeRoot+".*")
+		p = append(p, create(InventoryNodesStream, InventorySumsConsumer)...)
+		p = append(p, use(InventoryNodesStream, InventorySumsConsumer)...)
+		p = append(p, "$JS.API.CONSUMER.DELETE."+InventoryNodesStream+"."+InventorySumsConsumer)
 		return Permissions{Publish: p, Subscribe: []string{inbox, InventoryLookup}, AllowResponses: true}
 	case Subscriber:
 		// Its own consumers only, each by name: the durable (created or

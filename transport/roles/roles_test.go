@@ -76,7 +76,7 @@ func TestConsumerRightsByName(t *testing.T) {
 		{roles.User{Name: "c", Role: roles.Collector, Durable: "billing"}, []string{"billing", "billing-meters"}},
 		{roles.User{Name: "c", Role: roles.Collector}, []string{"tapflow-collector", "tapflow-collector-meters"}},
 		{roles.User{Name: "a", Role: roles.Agent, Node: "n1"}, nil},
-		{roles.User{Name: "i", Role: roles.Inventory}, nil},
+		{roles.User{Name: "i", Role: roles.Inventory}, []string{"tapflow-inventory-sums"}},
 	} {
 		t.Run(tc.u.Name+"/"+string(tc.u.Role), func(t *testing.T) {
 			p := roles.For(tc.u)

@@ -4,7 +4,7 @@
 //
 // An Engine holds the current attribution snapshot (package
 // enrich/snapshot) behind an atomic pointer; readers never lock. Run polls
-// the inventory provider (provider "file": package enrich/inventory;
+// the inventory provider (provider "file": package inventory;
 // provider "openstack": package enrich/provider/openstack, whose own loop —
 // cold start, reconcile every inventory.refresh — Run runs alongside)
 // and swaps in a new snapshot when the inventory changes; an inventory that

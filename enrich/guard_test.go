@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // cloudOf is an inventory of n VM ports on one network.

@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // maxBytesPerPort is issue 22's bound on what an agent holds per port of

@@ -3,8 +3,8 @@ package enrich
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // loopProvider has its own loop, signals updates and takes refreshes, as

@@ -9,9 +9,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	labfiles "github.com/tapflow/tapflow/deploy/lab"
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
 )
 

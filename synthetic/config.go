@@ -49,7 +49,7 @@ var Classes = []string{
 	ClassMulticast, ClassMiss, ClassLBSegment1, ClassLBSegment2,
 }
 
-// Limits of the address plan of enrich/inventory/synth and of memory.
+// Limits of the address plan of inventory/synth and of memory.
 const (
 	MaxTenants          = 32000   // 10.<2·(t/250)+s>.<t%250>.0/24 runs out above
 	MaxVMsPerTenant     = 240     // .10–.249; .250–.252 are the VIP and amphorae

@@ -3,7 +3,7 @@
 // cloud, so the whole pipeline runs and is benchmarked without root or a
 // cloud.
 //
-// The cloud is enrich/inventory/synth's: tenants with a router and two
+// The cloud is inventory/synth's: tenants with a router and two
 // private networks, VMs (VM 0 of each tenant with a floating IP), a shared
 // network, external networks the routers are spread over, and
 // ACTIVE_STANDBY Octavia load balancers with their amphorae. Inventory

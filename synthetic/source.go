@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 )
@@ -93,7 +93,7 @@ func New(cfg Config, opts Options) (*Source, error) {
 // Name implements pipeline.Source.
 func (s *Source) Name() string { return "synthetic" }
 
-// Inventory is the generated cloud (enrich/inventory/synth with the
+// Inventory is the generated cloud (inventory/synth with the
 // config's sizes). Feed it to the enrich stage, e.g. with
 // enrich.WithProvider(s.Provider()). Treat it as read-only.
 func (s *Source) Inventory() *inventory.Inventory { return s.topo.inv }

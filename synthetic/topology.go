@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // endpoint is one tap: a VM port, an amphora data port or a port the
@@ -62,7 +62,7 @@ func tapName(portID string) string {
 	return "tap" + portID
 }
 
-// buildTopology generates the inventory with enrich/inventory/synth and
+// buildTopology generates the inventory with inventory/synth and
 // reads back from it, object by object, everything the generator emits and
 // expects. The expectations come from the inventory's meaning (ports,
 // routers, floating IPs, load balancers), not from the snapshot code, so
@@ -125,11 +125,11 @@ func buildTopology(c Config) (*topology, error) {
 	port := func(mac string) (*inventory.Port, *subnet, error) {
 		p := ports[mac]
 		if p == nil || len(p.FixedIPs) == 0 {
-			return nil, nil, fmt.Errorf("generated inventory has no port with MAC %s and a fixed IP (enrich/inventory/synth changed?)", mac)
+			return nil, nil, fmt.Errorf("generated inventory has no port with MAC %s and a fixed IP (inventory/synth changed?)", mac)
 		}
 		s := subnets[p.FixedIPs[0].SubnetID]
 		if s == nil || s.routerMAC == "" || s.dhcpMAC == "" {
-			return nil, nil, fmt.Errorf("port %s: subnet %s has no router interface or DHCP port (enrich/inventory/synth changed?)", p.ID, p.FixedIPs[0].SubnetID)
+			return nil, nil, fmt.Errorf("port %s: subnet %s has no router interface or DHCP port (inventory/synth changed?)", p.ID, p.FixedIPs[0].SubnetID)
 		}
 		return p, s, nil
 	}
@@ -166,7 +166,7 @@ func buildTopology(c Config) (*topology, error) {
 		lb := &inv.LoadBalancers[l]
 		owner, ok := projectIdx[lb.Project()]
 		if !ok || lb.VIPAddress != synth.VIP(l) {
-			return nil, fmt.Errorf("load balancer %s: owner %q or VIP %q not as generated (enrich/inventory/synth changed?)", lb.ID, lb.Project(), lb.VIPAddress)
+			return nil, fmt.Errorf("load balancer %s: owner %q or VIP %q not as generated (inventory/synth changed?)", lb.ID, lb.Project(), lb.VIPAddress)
 		}
 		b := loadBalancer{id: lb.ID, owner: owner, vip: lb.VIPAddress}
 		for a := range 2 {
@@ -235,7 +235,7 @@ func buildTopology(c Config) (*topology, error) {
 		}
 	}
 	if !shared.IsValid() {
-		return nil, fmt.Errorf("generated inventory has no shared IPv4 network of /16 or more (enrich/inventory/synth changed?)")
+		return nil, fmt.Errorf("generated inventory has no shared IPv4 network of /16 or more (inventory/synth changed?)")
 	}
 	for i := range sharedHosts {
 		b := shared.Addr().As4()

@@ -12,7 +12,7 @@ import (
 	"github.com/tapflow/tapflow/bpf"
 	"github.com/tapflow/tapflow/bpf/capture"
 	"github.com/tapflow/tapflow/enrich"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/inventory/synth"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/synthetic"

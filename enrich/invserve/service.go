@@ -22,10 +22,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // Source is what the service reads: enrich.Provider's Poll, plus

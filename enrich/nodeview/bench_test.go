@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // The fleet measured: synth.Fleet (100,000 ports: 60,000 VMs, 20,000

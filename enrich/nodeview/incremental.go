@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // Overlays keeps every node's overlay, encoded, from one inventory to the

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/nodeview"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // TestOverlaysIncrementalLikeFull runs random sequences of inventory

@@ -33,7 +33,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // MinKeyLen is the shortest pseudonym key accepted: 128 bits.

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // A node's view travels in two parts: the shared view (View(inv, ""),

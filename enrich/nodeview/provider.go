@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // Shared is the agent's source of the shared view: enrich/provider/natsinv's

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/inventory/synth"
 	"github.com/tapflow/tapflow/schemas"
 )
 

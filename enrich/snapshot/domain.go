@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // TestInputsBuildAlike: a snapshot built from Inputs (what the engine

@@ -12,7 +12,6 @@ import (
 
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/invserve"
 	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/nodeview"
@@ -20,6 +19,7 @@ import (
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/version"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/transport"
 )
 

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/synthetic"
 )

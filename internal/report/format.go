@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // Names maps IDs to the names the inventory gives them, per output field

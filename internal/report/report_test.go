@@ -18,9 +18,9 @@ import (
 
 	pq "github.com/parquet-go/parquet-go"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/internal/testkit/committest"
 	"github.com/tapflow/tapflow/internal/testkit/parquettest"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/sinks/parquet"
 )

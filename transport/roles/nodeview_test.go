@@ -15,10 +15,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/internal/testkit/chaos"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/roles"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // DeltaSubject carries deltas: a core NATS publish the agents subscribe

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // Hostile snapshots, deltas and local copies: what an agent receives over

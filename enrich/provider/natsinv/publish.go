@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // StoreConfig sizes the bucket.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // BenchmarkSnapshotBuild10kPorts: what follows a pass for a cloud of

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 var benchOnce sync.Once

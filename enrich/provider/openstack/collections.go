@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // What each call asks for and insists on. fields= is sent to Neutron and

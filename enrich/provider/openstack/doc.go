@@ -1,6 +1,6 @@
 // Package openstack is the OpenStack inventory provider: it reads the objects
 // attribution needs from the real APIs (gophercloud v2) and keeps an
-// enrich/inventory.Inventory current.
+// inventory.Inventory current.
 //
 // A pass lists, with pagination drained and fields= trimming where the API
 // supports it: Keystone projects (when authenticated); Neutron networks,

@@ -24,10 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/enrich"
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // TestContractPagination: pages of 2 drain to the same inventory as

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // ErrNeedsPass: the port found by LookupMAC refers to a network or subnet

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/provider/openstack"
 	"github.com/tapflow/tapflow/internal/units"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // TestContractLookupMAC: a port created in Neutron after the last pass is

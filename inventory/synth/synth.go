@@ -7,7 +7,7 @@ package synth
 import (
 	"fmt"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
+	"github.com/tapflow/tapflow/inventory"
 )
 
 // Options size the generated cloud.

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
 )
 
 // TestDocsExample keeps the complete example of docs/inventory.md valid and
 // its table true.
 func TestDocsExample(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/inventory.md")
+	doc, err := os.ReadFile("../docs/inventory.md")
 	if err != nil {
 		t.Fatal(err)
 	}

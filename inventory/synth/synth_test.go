@@ -3,8 +3,8 @@ package synth_test
 import (
 	"testing"
 
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
 	"github.com/tapflow/tapflow/enrich/snapshot"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 func TestGenerateIsClean(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tapflow/tapflow/enrich/inventory"
-	"github.com/tapflow/tapflow/enrich/inventory/synth"
+	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/inventory/synth"
 )
 
 // dumpYAML writes inv as inventory dump does (openstack.WriteInventory).

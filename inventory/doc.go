@@ -17,4 +17,11 @@
 // attribution for the rest of the cloud.
 //
 // File watches a file and returns a new inventory when its content changes.
+//
+// The package is a leaf of the module: it imports nothing from tapflow
+// (leaf_test.go checks, and that its subpackage synth, the generator of
+// synthetic clouds, imports nothing but it), so the attribution stage
+// (enrich, enrich/snapshot, enrich/nodeview), the inventory providers
+// (enrich/provider/...), the inventory service (enrich/invserve), reports,
+// lab and synthetic share one model without depending on each other.
 package inventory

@@ -18,6 +18,7 @@ import (
 	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // TestSIGHUPKeepsDaemonsRunning: SIGHUP (a terminal hangup, `systemctl
@@ -59,12 +60,12 @@ func TestSIGHUPKeepsDaemonsRunning(t *testing.T) {
 			config: "inventory:\n  provider: file\n  file: %[1]s/inventory.yaml\n  poll_interval: 1s\n",
 			job: func(t *testing.T, s *transporttest.Server, _ string) {
 				var ports int
-				waitFor(t, "the inventory snapshot in "+natsinv.Bucket, func() bool {
-					obs, err := s.JS.ObjectStore(context.Background(), natsinv.Bucket)
+				waitFor(t, "the inventory snapshot in "+transport.InventoryBucket, func() bool {
+					obs, err := s.JS.ObjectStore(context.Background(), transport.InventoryBucket)
 					if err != nil {
 						return false
 					}
-					data, err := obs.GetBytes(context.Background(), natsinv.Object)
+					data, err := obs.GetBytes(context.Background(), transport.InventoryObject)
 					if err != nil {
 						return false
 					}

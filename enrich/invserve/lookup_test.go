@@ -22,6 +22,7 @@ import (
 	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // countingSource is the file provider, counting its reads of the file.
@@ -198,7 +199,7 @@ func TestLookupCoalescesAcrossAgents(t *testing.T) {
 	svc, src := startLookupService(t, srv.JS, srv, path, lookup.ServerOptions{})
 	headWith(t, srv.JS, 10)
 	waitUntil(t, "lookups served", func() bool {
-		_, err := srv.NC.Request(lookup.Subject, []byte("zz"), time.Second)
+		_, err := srv.NC.Request(transport.InventoryLookupSubject, []byte("zz"), time.Second)
 		return err == nil
 	})
 	polls := src.polls.Load()
@@ -210,7 +211,7 @@ func TestLookupCoalescesAcrossAgents(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := nc.Request(lookup.Subject, []byte("fa:16:3e:00:00:0a"), 10*time.Second); err == nil {
+			if _, err := nc.Request(transport.InventoryLookupSubject, []byte("fa:16:3e:00:00:0a"), 10*time.Second); err == nil {
 				answered.Add(1)
 			}
 		}()
@@ -238,7 +239,7 @@ func TestLookupRateLimitBoundsReads(t *testing.T) {
 	svc, src := startLookupService(t, srv.JS, srv, path, lookup.ServerOptions{Rate: 0.01, Burst: 3})
 	headWith(t, srv.JS, 10)
 	waitUntil(t, "lookups served", func() bool {
-		_, err := srv.NC.Request(lookup.Subject, []byte("zz"), time.Second)
+		_, err := srv.NC.Request(transport.InventoryLookupSubject, []byte("zz"), time.Second)
 		return err == nil
 	})
 	polls := src.polls.Load()
@@ -249,7 +250,7 @@ func TestLookupRateLimitBoundsReads(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 10 {
-				_, _ = nc.Request(lookup.Subject, []byte(fmt.Sprintf("fa:16:3e:01:%02x:%02x", a, i)), 10*time.Second)
+				_, _ = nc.Request(transport.InventoryLookupSubject, []byte(fmt.Sprintf("fa:16:3e:01:%02x:%02x", a, i)), 10*time.Second)
 			}
 		}()
 	}

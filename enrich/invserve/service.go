@@ -26,6 +26,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/nodeview"
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Source is what the service reads: enrich.Provider's Poll, plus
@@ -337,7 +338,7 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 
 // adopt reads the published snapshot, if any, as the guard's baseline.
 func (s *Service) adopt(ctx context.Context, obs jetstream.ObjectStore) {
-	data, err := obs.GetBytes(ctx, natsinv.Object)
+	data, err := obs.GetBytes(ctx, transport.InventoryObject)
 	if err != nil {
 		return // nothing published yet, or unreadable: the first read is the baseline
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
 const wait = 30 * time.Second
@@ -74,9 +75,9 @@ func headWith(t *testing.T, js jetstream.JetStream, ports int) natsinv.Snapshot 
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		obs, err := js.ObjectStore(context.Background(), natsinv.Bucket)
+		obs, err := js.ObjectStore(context.Background(), transport.InventoryBucket)
 		if err == nil {
-			if data, err := obs.GetBytes(context.Background(), natsinv.Object); err == nil {
+			if data, err := obs.GetBytes(context.Background(), transport.InventoryObject); err == nil {
 				inv, err := natsinv.Decode(data)
 				h, _, herr := natsinv.Head(context.Background(), obs)
 				if err == nil && herr == nil && len(inv.Ports) == ports {

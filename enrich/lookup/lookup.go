@@ -1,6 +1,6 @@
 // Package lookup is the targeted lookup between agents and `tapflow
 // inventory serve`: an agent that holds records of a VM MAC its snapshot
-// does not know asks the service (NATS request on Subject); the service
+// does not know asks the service (NATS request on transport.InventoryLookupSubject); the service
 // re-reads its provider at once, rate-limited and coalesced across agents,
 // and the answer reaches every agent as an ordinary delta, so late binding
 // attributes the held records before their window ends.
@@ -21,11 +21,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
-// Subject carries the requests: the payload is one MAC (aa:bb:cc:dd:ee:ff),
-// the reply one word (see Server.Handle).
-const Subject = "tapflow.inventory.lookup"
+// Requests go to transport.InventoryLookupSubject: the payload is one MAC
+// (aa:bb:cc:dd:ee:ff), the reply one word (see Server.Handle).
 
 // queueGroup: with several service instances only one answers a request.
 const queueGroup = "tapflow-inventory-serve"
@@ -165,7 +166,7 @@ func (a *Asker) send(ctx context.Context, mac string) {
 	rctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
 	defer cancel()
 	a.total.WithLabelValues("sent").Inc()
-	msg, err := a.nc.RequestWithContext(rctx, Subject, []byte(mac))
+	msg, err := a.nc.RequestWithContext(rctx, transport.InventoryLookupSubject, []byte(mac))
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -174,7 +175,7 @@ func (a *Asker) send(ctx context.Context, mac string) {
 		if now := time.Now(); now.Sub(a.warn) > time.Minute {
 			a.warn = now
 			a.log.Warn("inventory lookup not answered; the MAC waits for the next snapshot", "mac", mac, "err", err,
-				"fix", "check that tapflow inventory serve runs on this NATS and agents may publish "+Subject)
+				"fix", "check that tapflow inventory serve runs on this NATS and agents may publish "+transport.InventoryLookupSubject)
 		}
 		return
 	}

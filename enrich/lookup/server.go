@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
 // ServerOptions tune a Server; zero values take the defaults.
@@ -127,14 +129,14 @@ func (s *Server) handle(mac string) string {
 	return ReplyQueried
 }
 
-// Subscribe answers requests on Subject (queue group: one instance
-// answers each) until the subscription is drained.
+// Subscribe answers requests on transport.InventoryLookupSubject (queue
+// group: one instance answers each) until the subscription is drained.
 func (s *Server) Subscribe(nc *nats.Conn) (*nats.Subscription, error) {
-	sub, err := nc.QueueSubscribe(Subject, queueGroup, func(m *nats.Msg) {
+	sub, err := nc.QueueSubscribe(transport.InventoryLookupSubject, queueGroup, func(m *nats.Msg) {
 		_ = m.Respond([]byte(s.Handle(string(m.Data))))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inventory lookup: subscribe %s: %w", Subject, err)
+		return nil, fmt.Errorf("inventory lookup: subscribe %s: %w", transport.InventoryLookupSubject, err)
 	}
 	return sub, nil
 }

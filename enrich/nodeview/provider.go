@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Shared is the agent's source of the shared view: enrich/provider/natsinv's
@@ -150,7 +151,7 @@ func (p *Provider) load() bool {
 // subject and reads the overlay until it has one; it returns when ctx
 // ends.
 func (p *Provider) Run(ctx context.Context) error {
-	sub, err := p.nc.Subscribe(Subject(p.node), func(m *nats.Msg) {
+	sub, err := p.nc.Subscribe(transport.InventoryNodeSubject(p.node), func(m *nats.Msg) {
 		o, err := Decode(m.Data)
 		if err != nil || o.Node != p.node {
 			p.results.WithLabelValues("decode_error").Inc()

@@ -14,21 +14,21 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
-// Names on the bus. Each node's overlay is the last message on its own
-// subject of Stream; an agent reads it with the last-by-subject direct
-// get, whose request subject names the node, so its permission can be
-// pinned to its node (an Object Store object cannot: its chunks' subjects
-// are random).
+// Names on the bus are transport's (transport/inventory.go). Each node's
+// overlay is the last message on its own subject
+// (transport.InventoryNodeSubject) of transport.InventoryNodesStream; an
+// agent reads it with the last-by-subject direct get, whose request
+// subject names the node, so its permission can be pinned to its node
+// (an Object Store object cannot: its chunks' subjects are random).
+// HeldSums reads with the consumer transport.InventorySumsConsumer.
 const (
-	Stream      = "TAPFLOW_INVENTORY_NODES"
-	SubjectRoot = "tapflow.inventory.node"
 	// Format names the encoding; a reader refuses others.
 	Format    = "gob+zstd/1"
 	hdrFormat = "Tapflow-Overlay-Format"
-	// SumsConsumer is the consumer HeldSums reads with.
-	SumsConsumer = "tapflow-inventory-sums"
 	// hdrSum carries Sum of the overlay: a new leader compares it with
 	// its own overlays and republishes only those that differ.
 	hdrSum = "Tapflow-Overlay-Sum"
@@ -36,13 +36,10 @@ const (
 	maxDecoded = 64 << 20
 )
 
-// Subject is node's overlay subject.
-func Subject(node string) string { return SubjectRoot + "." + node }
-
 // DirectGetSubject is the request that returns node's overlay: the
-// last-by-subject direct get on Stream.
+// last-by-subject direct get on transport.InventoryNodesStream.
 func DirectGetSubject(node string) string {
-	return "$JS.API.DIRECT.GET." + Stream + "." + Subject(node)
+	return "$JS.API.DIRECT.GET." + transport.InventoryNodesStream + "." + transport.InventoryNodeSubject(node)
 }
 
 // ValidNode reports whether node can be a subject token.
@@ -53,16 +50,16 @@ func ValidNode(node string) error {
 	return nil
 }
 
-// EnsureStream creates or updates Stream (the service's job): one message
-// kept per node, read by direct get.
+// EnsureStream creates or updates transport.InventoryNodesStream (the
+// service's job): one message kept per node, read by direct get.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: Stream, Description: "tapflow inventory: each node's overlay on the shared view (node-scoped views)",
-		Subjects: []string{SubjectRoot + ".*"}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage,
+		Name: transport.InventoryNodesStream, Description: "tapflow inventory: each node's overlay on the shared view (node-scoped views)",
+		Subjects: []string{transport.InventoryNodeRoot + ".*"}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage,
 		Replicas: max(replicas, 1), AllowDirect: true, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", Stream, err)
+		return fmt.Errorf("stream %s: %w", transport.InventoryNodesStream, err)
 	}
 	return nil
 }
@@ -122,7 +119,7 @@ func PublishEncoded(ctx context.Context, js jetstream.JetStream, node string, da
 	if err := ValidNode(node); err != nil {
 		return err
 	}
-	m := nats.NewMsg(Subject(node))
+	m := nats.NewMsg(transport.InventoryNodeSubject(node))
 	m.Header.Set(hdrFormat, Format)
 	m.Header.Set(hdrSum, Sum(data))
 	m.Data = data
@@ -142,38 +139,38 @@ func Sum(data []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// HeldSums reads the Sum of every overlay Stream holds, by node, from the
-// headers of the last message on each node's subject (consumer
-// SumsConsumer, which delivers headers only: about 200 bytes a node, no
-// overlay crosses the bus). An overlay published without one is left
-// out.
+// HeldSums reads the Sum of every overlay transport.InventoryNodesStream
+// holds, by node, from the headers of the last message on each node's
+// subject (consumer transport.InventorySumsConsumer, which delivers
+// headers only: about 200 bytes a node, no overlay crosses the bus). An
+// overlay published without one is left out.
 func HeldSums(ctx context.Context, js jetstream.JetStream) (map[string]string, error) {
-	st, err := js.Stream(ctx, Stream)
+	st, err := js.Stream(ctx, transport.InventoryNodesStream)
 	if err != nil {
-		return nil, fmt.Errorf("overlay sums: stream %s: %w", Stream, err)
+		return nil, fmt.Errorf("overlay sums: stream %s: %w", transport.InventoryNodesStream, err)
 	}
 	out := map[string]string{}
 	if st.CachedInfo().State.Msgs == 0 {
 		return out, nil
 	}
 	// One consumer by name (the service's right names it), deleted after.
-	c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Name: SumsConsumer, FilterSubject: SubjectRoot + ".*",
+	c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Name: transport.InventorySumsConsumer, FilterSubject: transport.InventoryNodeRoot + ".*",
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true,
 		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
 	if err != nil {
-		return nil, fmt.Errorf("overlay sums: consumer %s on %s: %w", SumsConsumer, Stream, err)
+		return nil, fmt.Errorf("overlay sums: consumer %s on %s: %w", transport.InventorySumsConsumer, transport.InventoryNodesStream, err)
 	}
-	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), SumsConsumer) }()
+	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), transport.InventorySumsConsumer) }()
 	for {
 		done, got, err := fetchSums(ctx, c, out)
 		if done {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("overlay sums: fetch from %s: %w", Stream, err)
+			return nil, fmt.Errorf("overlay sums: fetch from %s: %w", transport.InventoryNodesStream, err)
 		}
 		if got == 0 {
-			return nil, fmt.Errorf("overlay sums: %s delivered nothing", Stream)
+			return nil, fmt.Errorf("overlay sums: %s delivered nothing", transport.InventoryNodesStream)
 		}
 	}
 }
@@ -189,7 +186,7 @@ func fetchSums(ctx context.Context, c jetstream.Consumer, out map[string]string)
 	for m := range batch.Messages() {
 		got++
 		if sum := m.Headers().Get(hdrSum); sum != "" {
-			out[strings.TrimPrefix(m.Subject(), SubjectRoot+".")] = sum
+			out[strings.TrimPrefix(m.Subject(), transport.InventoryNodeRoot+".")] = sum
 		}
 		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
 			return true, got, nil
@@ -215,13 +212,13 @@ func fetchRaw(ctx context.Context, nc *nats.Conn, node string) (*Overlay, []byte
 	}
 	m, err := nc.RequestWithContext(ctx, DirectGetSubject(node), nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: %w", node, Stream, err)
+		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: %w", node, transport.InventoryNodesStream, err)
 	}
 	if st := m.Header.Get("Status"); st != "" {
 		if st == "404" {
 			return nil, nil, fmt.Errorf("overlay of %s: %w", node, ErrNoOverlay)
 		}
-		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: status %s %s", node, Stream, st, m.Header.Get("Description"))
+		return nil, nil, fmt.Errorf("overlay of %s: direct get on %s: status %s %s", node, transport.InventoryNodesStream, st, m.Header.Get("Description"))
 	}
 	if f := m.Header.Get(hdrFormat); f != Format {
 		return nil, nil, fmt.Errorf("overlay of %s: format %q, want %q (an older or newer tapflow inventory serve)", node, f, Format)

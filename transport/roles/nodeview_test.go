@@ -24,12 +24,13 @@ import (
 )
 
 // TestNodeViewNamesAgree: the overlay names the permissions use are the
-// ones enrich/nodeview publishes under.
+// ones enrich/nodeview publishes under (transport's).
 func TestNodeViewNamesAgree(t *testing.T) {
 	for _, c := range [][2]string{
-		{roles.InventoryNodesStream, nodeview.Stream},
-		{roles.InventoryNodeRoot + ".n1", nodeview.Subject("n1")},
-		{roles.InventorySumsConsumer, nodeview.SumsConsumer},
+		{roles.InventoryNodesStream, transport.InventoryNodesStream},
+		{roles.InventoryNodeRoot + ".n1", transport.InventoryNodeSubject("n1")},
+		{roles.InventorySumsConsumer, transport.InventorySumsConsumer},
+		{"$JS.API.DIRECT.GET." + roles.InventoryNodesStream + "." + roles.InventoryNodeRoot + ".n1", nodeview.DirectGetSubject("n1")},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("roles has %q, nodeview %q", c[0], c[1])
@@ -133,7 +134,7 @@ func runNodeView(t *testing.T, b *bus) {
 	// The service publishes both overlays with its role's rights.
 	svc := b.connect(t, "inventory", nil)
 	if err := nodeview.EnsureStream(ctx, svc.js, 1); err != nil {
-		t.Fatalf("inventory cannot create %s: %v", nodeview.Stream, err)
+		t.Fatalf("inventory cannot create %s: %v", transport.InventoryNodesStream, err)
 	}
 	for _, node := range x.Nodes() {
 		if err := nodeview.Publish(ctx, svc.js, x.Overlay(node)); err != nil {
@@ -173,7 +174,7 @@ func runNodeView(t *testing.T, b *bus) {
 	}
 
 	a := agents["cmp1"]
-	bare, _ := json.Marshal(map[string]string{"last_by_subj": nodeview.Subject("cmp2")})
+	bare, _ := json.Marshal(map[string]string{"last_by_subj": transport.InventoryNodeSubject("cmp2")})
 	forbidden := []struct {
 		name string
 		do   func(context.Context) error
@@ -183,11 +184,11 @@ func runNodeView(t *testing.T, b *bus) {
 			return err
 		}},
 		{"bare direct get naming another node in the body", func(c context.Context) error {
-			_, err := a.nc.RequestWithContext(c, "$JS.API.DIRECT.GET."+nodeview.Stream, bare)
+			_, err := a.nc.RequestWithContext(c, "$JS.API.DIRECT.GET."+transport.InventoryNodesStream, bare)
 			return err
 		}},
 		{"another node's overlays live", func(c context.Context) error {
-			sub, err := a.nc.SubscribeSync(nodeview.Subject("cmp2"))
+			sub, err := a.nc.SubscribeSync(transport.InventoryNodeSubject("cmp2"))
 			if err != nil {
 				return err
 			}
@@ -195,7 +196,7 @@ func runNodeView(t *testing.T, b *bus) {
 			return a.nc.FlushWithContext(c) // the refusal is asynchronous: counted
 		}},
 		{"every overlay live", func(c context.Context) error {
-			sub, err := a.nc.SubscribeSync(nodeview.SubjectRoot + ".*")
+			sub, err := a.nc.SubscribeSync(transport.InventoryNodeRoot + ".*")
 			if err != nil {
 				return err
 			}
@@ -203,7 +204,7 @@ func runNodeView(t *testing.T, b *bus) {
 			return a.nc.FlushWithContext(c)
 		}},
 		{"a consumer on the overlays", func(c context.Context) error {
-			_, err := a.js.OrderedConsumer(c, nodeview.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{nodeview.Subject("cmp2")}})
+			_, err := a.js.OrderedConsumer(c, transport.InventoryNodesStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{transport.InventoryNodeSubject("cmp2")}})
 			return err
 		}},
 		{"publishes an overlay for itself", func(c context.Context) error {

@@ -41,8 +41,10 @@ const (
 	Admin      Role = "admin"      // operators, tapflow dlq: everything
 )
 
-// Names the permissions refer to. transport and enrich/provider/natsinv
-// define the same names; roles_test checks they agree.
+// Names the permissions refer to. transport defines the same names (the
+// record subjects in transport.go, the inventory's in inventory.go) and
+// the code uses those; roles cannot import transport, which imports it, so
+// roles_test checks they agree.
 const (
 	FlowsStream         = "TAPFLOW_FLOWS"
 	FlowsSubjectRoot    = "tapflow.flows.v1"

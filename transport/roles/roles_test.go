@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tapflow/tapflow/enrich/lookup"
-	"github.com/tapflow/tapflow/enrich/provider/natsinv"
 	"github.com/tapflow/tapflow/transport"
 	"github.com/tapflow/tapflow/transport/roles"
 )
@@ -36,7 +34,8 @@ func TestGeneratedDocsAreCurrent(t *testing.T) {
 }
 
 // TestNamesAgree: the names the permissions use are the ones the code
-// publishes, consumes and stores under.
+// publishes, consumes and stores under (transport's: roles cannot import
+// transport, which imports it).
 func TestNamesAgree(t *testing.T) {
 	for _, c := range [][2]string{
 		{roles.FlowsStream, transport.FlowsStream},
@@ -46,14 +45,15 @@ func TestNamesAgree(t *testing.T) {
 		{roles.MetersSubjectRoot + ".n1", transport.MetersSubject("n1")},
 		{roles.DefaultDurable, transport.DefaultDurable},
 		{roles.MetersDurableSuffix, transport.MetersDurableSuffix},
-		{roles.InventoryBucket, natsinv.Bucket},
-		{roles.InventoryStream, natsinv.StreamName},
-		{roles.InventoryObject, natsinv.Object},
-		{roles.LeaseBucket, natsinv.LeaseBucket},
-		{roles.InventoryMeta, natsinv.MetaSubject},
-		{roles.InventoryDelta, natsinv.DeltaSubject},
-		{roles.InventoryCurrent, natsinv.CurrentSubject},
-		{roles.InventoryLookup, lookup.Subject},
+		{roles.InventoryBucket, transport.InventoryBucket},
+		{roles.InventoryStream, transport.InventoryStream},
+		{roles.InventoryObject, transport.InventoryObject},
+		{roles.LeaseBucket, transport.InventoryLeaseBucket},
+		{roles.LeaseStream, transport.InventoryLeaseStream},
+		{roles.InventoryMeta, transport.InventoryMetaSubject},
+		{roles.InventoryDelta, transport.InventoryDeltaSubject},
+		{roles.InventoryCurrent, transport.InventoryCurrentSubject},
+		{roles.InventoryLookup, transport.InventoryLookupSubject},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("roles has %q, the code %q", c[0], c[1])

@@ -24,6 +24,7 @@ import (
 	"github.com/tapflow/tapflow/internal/testkit/transporttest"
 	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/inventory/synth"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // The fleet cloud of issue 13: 100,500 ports, 10,000 routers, 50,000
@@ -304,14 +305,14 @@ func BenchmarkColdStart1000Agents(b *testing.B) {
 					fail(err)
 					return
 				}
-				info, err := o.GetInfo(cctx, Object)
+				info, err := o.GetInfo(cctx, transport.InventoryObject)
 				if err != nil {
 					fail(err)
 					return
 				}
 				var data []byte
 				if os.Getenv("TAPFLOW_BENCH_DOWNLOAD") == "objectget" { // the Object Store's own Get, for comparison
-					data, err = o.GetBytes(cctx, Object)
+					data, err = o.GetBytes(cctx, transport.InventoryObject)
 				} else {
 					data, err = Download(cctx, st, info)
 				}

@@ -13,27 +13,25 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
-// DeltaSubject carries deltas: a core NATS publish the agents subscribe
-// to, sent before the full snapshot's put so that an agent holding the
-// base version applies the change without downloading the snapshot. A
-// delta an agent cannot apply (it holds another version, it missed one)
-// is ignored: the put's announcement that follows brings the full
-// snapshot. Deltas are not stored.
-const DeltaSubject = "tapflow.inventory.delta"
+// Deltas go to transport.InventoryDeltaSubject: a core NATS publish the
+// agents subscribe to, sent before the full snapshot's put so that an
+// agent holding the base version applies the change without downloading
+// the snapshot. A delta an agent cannot apply (it holds another version,
+// it missed one) is ignored: the put's announcement that follows brings
+// the full snapshot. Deltas are not stored.
 
 const hdrBase = "Tapflow-Inventory-Base"
 
-// CurrentSubject carries the service's "version V is still what the cloud
-// holds, as read at T" after each read that changed nothing, so that an
-// agent's tapflow_inventory_age_seconds measures the time since the cloud
-// was last read, not since it last changed.
-const CurrentSubject = "tapflow.inventory.current"
-
-// CurrentMsg is the note for version v read at fetched.
+// CurrentMsg is the note for version v read at fetched, on
+// transport.InventoryCurrentSubject: the service's "version V is still
+// what the cloud holds, as read at T" after each read that changed
+// nothing, so that an agent's tapflow_inventory_age_seconds measures the
+// time since the cloud was last read, not since it last changed.
 func CurrentMsg(v uint64, fetched time.Time) *nats.Msg {
-	m := nats.NewMsg(CurrentSubject)
+	m := nats.NewMsg(transport.InventoryCurrentSubject)
 	m.Header.Set(hdrFormat, Format)
 	m.Header.Set(hdrVersion, strconv.FormatUint(v, 10))
 	m.Header.Set(hdrFetched, fetched.UTC().Format(time.RFC3339Nano))
@@ -229,7 +227,7 @@ func encodeDelta(base uint64, s *Snapshot, c *Changes) (*nats.Msg, error) {
 	if err := gob.NewEncoder(&b).Encode(&w); err != nil {
 		return nil, fmt.Errorf("encode delta: %w", err)
 	}
-	m := nats.NewMsg(DeltaSubject)
+	m := nats.NewMsg(transport.InventoryDeltaSubject)
 	m.Header = headers(s)
 	m.Header.Set(hdrBase, strconv.FormatUint(base, 10))
 	m.Data = encoder.EncodeAll(b.Bytes(), nil)

@@ -12,6 +12,9 @@
 // sequence, +1 per publish), when the service fetched it, and a digest of
 // the encoded inventory, so an unchanged cloud is not published again.
 // Each put replaces the previous object: the bucket holds one snapshot.
+// The names on the bus (bucket, lease bucket, delta and "still current"
+// subjects) are transport's (transport/inventory.go), beside the record
+// subjects; the NATS permissions (transport/roles) name the same.
 //
 // The provider cold-starts from the local copy it keeps (0600, written
 // atomically) or from the store, watches the bucket, and keeps the last

@@ -19,6 +19,7 @@ import (
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/inventory/synth"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Hostile snapshots, deltas and local copies: what an agent receives over
@@ -150,7 +151,7 @@ func FuzzDecodeDelta(f *testing.F) {
 				h.Add(string(k), string(v))
 			}
 		}
-		baseV, snap, ports, c, err := decodeDelta(&nats.Msg{Subject: DeltaSubject, Header: h, Data: data})
+		baseV, snap, ports, c, err := decodeDelta(&nats.Msg{Subject: transport.InventoryDeltaSubject, Header: h, Data: data})
 		if err != nil {
 			if c != nil {
 				t.Fatal("changes with an error")
@@ -213,7 +214,7 @@ func FuzzReadState(f *testing.F) {
 // a makeslice panic, 900 MiB an allocation of it).
 func TestDownloadChecksDeclaredSize(t *testing.T) {
 	for _, size := range []uint64{1 << 62, maxDecoded + 1} {
-		info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: Object}, NUID: "x", Size: size, Chunks: 1}
+		info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: transport.InventoryObject}, NUID: "x", Size: size, Chunks: 1}
 		_, err := Download(context.Background(), nil, info)
 		if err == nil || !strings.Contains(err.Error(), "more than the") {
 			t.Errorf("size %d: err %v", size, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Lease elects one publisher among the serve instances: the holder of the
@@ -29,11 +31,11 @@ func NewLease(ctx context.Context, js jetstream.JetStream, id string, ttl time.D
 		return nil, fmt.Errorf("lease ttl %s: use at least 1s", ttl)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: LeaseBucket, Description: "tapflow inventory serve: which instance publishes", History: 1, TTL: ttl,
+		Bucket: transport.InventoryLeaseBucket, Description: "tapflow inventory serve: which instance publishes", History: 1, TTL: ttl,
 		Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kv %s: %w", LeaseBucket, err)
+		return nil, fmt.Errorf("kv %s: %w", transport.InventoryLeaseBucket, err)
 	}
 	return &Lease{kv: kv, id: id, ttl: ttl}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // Options configure a Provider.
@@ -204,7 +205,7 @@ func (p *Provider) watch(ctx context.Context) error {
 	// Deltas come on the same channel, so a delta is handled before the
 	// announcement of the put that follows it.
 	ch := make(chan *nats.Msg, 64)
-	for _, subj := range []string{DeltaSubject, MetaSubject, CurrentSubject} {
+	for _, subj := range []string{transport.InventoryDeltaSubject, transport.InventoryMetaSubject, transport.InventoryCurrentSubject} {
 		sub, err := p.nc.ChanSubscribe(subj, ch)
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", subj, err)
@@ -233,10 +234,10 @@ func (p *Provider) watch(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-ch:
-			if m.Subject == DeltaSubject && p.applyDelta(m) {
+			if m.Subject == transport.InventoryDeltaSubject && p.applyDelta(m) {
 				goto wait // the announcement that follows finds it current
 			}
-			if m.Subject == CurrentSubject && p.touch(m) {
+			if m.Subject == transport.InventoryCurrentSubject && p.touch(m) {
 				goto wait
 			}
 		case <-t.C:
@@ -337,21 +338,21 @@ func (p *Provider) sync(ctx context.Context) error {
 }
 
 func open(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, jetstream.Stream, error) {
-	obs, err := js.ObjectStore(ctx, Bucket)
+	obs, err := js.ObjectStore(ctx, transport.InventoryBucket)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", Bucket, err)
+		return nil, nil, fmt.Errorf("open %s (has tapflow inventory serve run against this NATS?): %w", transport.InventoryBucket, err)
 	}
-	st, err := js.Stream(ctx, StreamName)
+	st, err := js.Stream(ctx, transport.InventoryStream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", StreamName, err)
+		return nil, nil, fmt.Errorf("open %s: %w", transport.InventoryStream, err)
 	}
 	return obs, st, nil
 }
 
 func (p *Provider) syncWith(ctx context.Context, obs jetstream.ObjectStore, st jetstream.Stream) error {
-	info, err := obs.GetInfo(ctx, Object)
+	info, err := obs.GetInfo(ctx, transport.InventoryObject)
 	if err != nil {
-		return fmt.Errorf("read %s/%s: %w", Bucket, Object, err)
+		return fmt.Errorf("read %s/%s: %w", transport.InventoryBucket, transport.InventoryObject, err)
 	}
 	p.fetch(ctx, st, info)
 	return nil

@@ -55,7 +55,7 @@ func (e *env) publish(inv *inventory.Inventory) Published {
 // putRaw writes an object as a foreign or broken writer would.
 func (e *env) putRaw(h nats.Header, data []byte) {
 	e.t.Helper()
-	if _, err := e.obs.Put(context.Background(), jetstream.ObjectMeta{Name: Object, Headers: h}, bytes.NewReader(data)); err != nil {
+	if _, err := e.obs.Put(context.Background(), jetstream.ObjectMeta{Name: transport.InventoryObject, Headers: h}, bytes.NewReader(data)); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -3,7 +3,6 @@ package natsinv
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tapflow/tapflow/inventory"
+	"github.com/tapflow/tapflow/transport"
 )
 
 // StoreConfig sizes the bucket.
@@ -31,38 +31,34 @@ const MaxConsumers = 100_000
 // Object Store (OBJ_<bucket>, rollups, direct get), with MaxConsumers set.
 func EnsureStore(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (jetstream.ObjectStore, error) {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: "OBJ_" + Bucket, Description: "tapflow inventory snapshots (tapflow inventory serve); one object, replaced per version",
-		Subjects: []string{"$O." + Bucket + ".C.>", "$O." + Bucket + ".M.>"},
+		Name: transport.InventoryStream, Description: "tapflow inventory snapshots (tapflow inventory serve); one object, replaced per version",
+		Subjects: []string{transport.InventoryChunksSubject(">"), "$O." + transport.InventoryBucket + ".M.>"},
 		MaxBytes: -1, Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1),
 		Discard: jetstream.DiscardNew, AllowRollup: true, AllowDirect: true, MaxConsumers: MaxConsumers,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", Bucket, err)
+		return nil, fmt.Errorf("object store %s: %w", transport.InventoryBucket, err)
 	}
-	obs, err := js.ObjectStore(ctx, Bucket)
+	obs, err := js.ObjectStore(ctx, transport.InventoryBucket)
 	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", Bucket, err)
+		return nil, fmt.Errorf("object store %s: %w", transport.InventoryBucket, err)
 	}
 	return obs, nil
 }
 
-// MetaSubject is where each put of the snapshot announces itself: agents
-// subscribe to it (core NATS, no consumer) to learn of a new version.
-var MetaSubject = "$O." + Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(Object))
-
 // Head reads the published snapshot's headers (Inv nil); ok=false when
 // none is published yet.
 func Head(ctx context.Context, obs jetstream.ObjectStore) (s Snapshot, ok bool, err error) {
-	info, err := obs.GetInfo(ctx, Object)
+	info, err := obs.GetInfo(ctx, transport.InventoryObject)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return Snapshot{}, false, nil
 	}
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("read %s/%s: %w", Bucket, Object, err)
+		return Snapshot{}, false, fmt.Errorf("read %s/%s: %w", transport.InventoryBucket, transport.InventoryObject, err)
 	}
 	s, err = meta(info.Headers)
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("%s/%s: %w", Bucket, Object, err)
+		return Snapshot{}, false, fmt.Errorf("%s/%s: %w", transport.InventoryBucket, transport.InventoryObject, err)
 	}
 	return s, true, nil
 }
@@ -121,9 +117,9 @@ func PublishFrom(ctx context.Context, nc *nats.Conn, obs jetstream.ObjectStore, 
 			}
 		}
 	}
-	meta := jetstream.ObjectMeta{Name: Object, Headers: headers(s), Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}
+	meta := jetstream.ObjectMeta{Name: transport.InventoryObject, Headers: headers(s), Opts: &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}}
 	if _, err := obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
-		return Published{}, fmt.Errorf("publish inventory version %d to %s: %w", s.Version, Bucket, err)
+		return Published{}, fmt.Errorf("publish inventory version %d to %s: %w", s.Version, transport.InventoryBucket, err)
 	}
 	res.Took = time.Since(start)
 	return res, nil

@@ -19,15 +19,10 @@ import (
 	"github.com/tapflow/tapflow/inventory"
 )
 
-// Names in JetStream.
+// The names on the bus (bucket, object, lease bucket, subjects) are
+// transport's (transport/inventory.go), beside the record subjects.
 const (
-	// Bucket is the Object Store bucket holding the snapshot.
-	Bucket = "TAPFLOW_INVENTORY"
-	// Object is the snapshot's name in Bucket.
-	Object = "snapshot"
-	// LeaseBucket is the KV bucket of the serve instances' lease.
-	LeaseBucket = "TAPFLOW_INVENTORY_LEASE"
-	leaseKey    = "leader"
+	leaseKey = "leader"
 	// Format names the encoding; a reader refuses others.
 	Format = "gob+zstd/1"
 

@@ -4,9 +4,10 @@
 //
 // An Engine holds the current attribution snapshot (package
 // enrich/snapshot) behind an atomic pointer; readers never lock. Run polls
-// the inventory provider (provider "file": package inventory;
-// provider "openstack": package enrich/provider/openstack, whose own loop —
-// cold start, reconcile every inventory.refresh — Run runs alongside)
+// the inventory provider, which package enrich/provider chooses (provider
+// "file": package inventory; provider "openstack": package
+// enrich/provider/openstack, whose own loop — cold start, reconcile every
+// inventory.refresh — Run runs alongside)
 // and swaps in a new snapshot when the inventory changes; an inventory that
 // does not load keeps the last good snapshot and is reported once, and one
 // that lost more than inventory.max_drop_fraction of the ports is held back

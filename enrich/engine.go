@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/enrich/provider"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/schemas"
@@ -43,12 +43,10 @@ type (
 	// guarded providers apply the drop guard themselves (nats: the
 	// service did); the Engine does not hold their inventories again.
 	guarded interface{ Guarded() bool }
+	// keepsNothing providers hold no copy of what they return (file: it
+	// re-reads), so the Engine trims the one it keeps.
+	keepsNothing interface{ KeepsNothing() bool }
 )
-
-// fileProvider adapts inventory.File.
-type fileProvider struct{ f *inventory.File }
-
-func (p fileProvider) Poll(context.Context) (*inventory.Inventory, bool, error) { return p.f.Poll() }
 
 // Engine attributes records against the current snapshot and keeps that
 // snapshot current. Apply and Flush may run concurrently with Run.
@@ -126,22 +124,13 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, opts ...Option
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("enrich config: %w", err)
 		}
-		switch cfg.Inventory.Provider {
-		case "nats":
-			return nil, errors.New("enrich: inventory.provider nats needs the process's NATS connection (enrich.WithProvider with a natsinv.Provider)")
-		case "openstack":
-			p, err := openstack.New(cfg.Inventory.OpenStackConfig(), e.log, reg)
-			if err != nil {
-				return nil, fmt.Errorf("enrich: %w", err)
-			}
-			e.prov = p
-		default:
-			f, err := inventory.NewFile(cfg.Inventory.File)
-			if err != nil {
-				return nil, fmt.Errorf("enrich: %w", err)
-			}
-			e.prov = fileProvider{f}
+		// Without the process's NATS connection provider nats fails here:
+		// the agent chooses with provider.Agent and passes WithProvider.
+		ch, err := provider.Agent(cfg.Inventory, provider.Env{Logger: e.log, Registry: reg})
+		if err != nil {
+			return nil, fmt.Errorf("enrich: %w", err)
 		}
+		e.prov = ch.Provider
 	}
 	e.log = e.log.With("component", "enrich")
 	m, err := newMetrics(reg)
@@ -254,8 +243,8 @@ func (e *Engine) ConfirmDrop() bool {
 // only what the snapshot builder reads. The file provider keeps nothing
 // itself, so there the floating IPs are trimmed too (see snapshot.Inputs).
 func (e *Engine) keep(inv *inventory.Inventory) {
-	_, file := e.prov.(fileProvider)
-	e.lastInv = snapshot.Inputs(inv, file)
+	k, ok := e.prov.(keepsNothing)
+	e.lastInv = snapshot.Inputs(inv, ok && k.KeepsNothing())
 }
 
 // rebuild builds a snapshot from lastInv and swaps it in. loadMu held.

@@ -8,9 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/enrich/provider"
 	"github.com/tapflow/tapflow/internal/app"
-	"github.com/tapflow/tapflow/inventory"
 )
 
 func init() { register(newInventoryCmd) }
@@ -121,17 +120,7 @@ replayed with inventory.provider: file. Secrets are never printed.`,
 				return err
 			}
 			defer stop()
-			switch cfg.Inventory.Provider {
-			case "openstack":
-				return openstack.Dump(ctx, cfg.Inventory.OpenStackConfig(), log, cmd.OutOrStdout())
-			case "file":
-				inv, err := inventory.Load(cfg.Inventory.File)
-				if err != nil {
-					return err
-				}
-				return openstack.WriteInventory(cmd.OutOrStdout(), inv)
-			}
-			return fmt.Errorf("inventory.provider %q cannot be dumped", cfg.Inventory.Provider)
+			return provider.Dump(ctx, cfg.Inventory, log, cmd.OutOrStdout())
 		})
 	cf.bindObs(cmd.Flags(), false)
 	return cmd

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/enrich/provider"
 	"github.com/tapflow/tapflow/enrich/snapshot"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/inventory"
@@ -53,11 +53,9 @@ but those objects are skipped or resolved by a safe rule.`,
 			code := exitOK
 			if len(args) == 1 {
 				cfg, err := config.Load(args[0])
-				if err == nil && cfg.Inventory.Provider == "openstack" {
+				if err == nil {
 					// What start-up would read: clouds.yaml or OS_*.
-					if aerr := openstack.CheckAuth(cfg.Inventory.OpenStackConfig()); aerr != nil {
-						err = fmt.Errorf("inventory.openstack: %w", aerr)
-					}
+					err = provider.Check(cfg.Inventory)
 				}
 				if err != nil {
 					fmt.Fprintf(stderr, "%s: invalid:\n%s\n", args[0], indent(err))
@@ -67,8 +65,8 @@ but those objects are skipped or resolved by a safe rule.`,
 					for _, r := range cfg.StreamRates() {
 						fmt.Fprintf(stdout, "%s: %s\n", args[0], r)
 					}
-					if invPath == "" && cfg.Inventory.Provider == "file" {
-						invPath = cfg.Inventory.File // the file the agent would load
+					if invPath == "" {
+						invPath = provider.FilePath(cfg.Inventory) // the file the agent would load
 					}
 				}
 			}

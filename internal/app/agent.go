@@ -9,8 +9,7 @@ import (
 	ebpfsrc "github.com/tapflow/tapflow/bpf/source"
 	"github.com/tapflow/tapflow/enrich"
 	"github.com/tapflow/tapflow/enrich/lookup"
-	"github.com/tapflow/tapflow/enrich/nodeview"
-	"github.com/tapflow/tapflow/enrich/provider/natsinv"
+	"github.com/tapflow/tapflow/enrich/provider"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
@@ -37,11 +36,9 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		src    pipeline.Source
 		opts   []enrich.Option
 		meters *pipeline.RunnerOf[schemas.Meter]
-		asker  *lookup.Asker
-		// barrier is the swap barrier (source ebpf: the capture exports
-		// its live flows); kept out of opts, whose emptiness means "no
-		// provider chosen yet" below.
-		barrier enrich.Option
+		// synth is the synthetic source's own cloud (provider.Agent
+		// attributes with it unless inventory.file or provider nats).
+		synth provider.Provider
 	)
 	switch cfg.Source {
 	case "synthetic":
@@ -50,10 +47,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("synthetic source: %w", err)
 		}
 		src = s
-		if cfg.Inventory.File == "" && cfg.Inventory.Provider != "nats" {
-			// The synthetic cloud's own inventory attributes its records.
-			opts = append(opts, enrich.WithProvider(synthetic.NewStaticProvider(s.Inventory())))
-		}
+		synth = synthetic.NewStaticProvider(s.Inventory())
 	case "ebpf":
 		// Say exactly which privilege or kernel feature is missing before
 		// anything else starts.
@@ -72,7 +66,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 		if d := cfg.Attribution.SwapBarrier.D(); d > 0 {
 			// Live flows are attributed with the inventory they flowed
 			// under before a change is swapped in (enrich/barrier.go).
-			barrier = enrich.WithExporter(s, d)
+			opts = append(opts, enrich.WithExporter(s, d))
 		}
 		rt.addReady("capture", func() error {
 			if !s.Running() {
@@ -87,34 +81,15 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 			return nil, fmt.Errorf("meter pipeline: %w", err)
 		}
 	}
-	if cfg.Inventory.Scope == "node" && cfg.Inventory.Provider != "nats" && len(opts) == 0 {
-		return nil, fmt.Errorf("inventory.scope: node: an agent reads node-scoped views from tapflow inventory serve: set inventory.provider: nats (with %q it would read the whole inventory)", cfg.Inventory.Provider)
+	// The provider (and, for nats, the targeted lookups): provider.Agent.
+	chosen, err := provider.Agent(cfg.Inventory, provider.Env{Logger: log, Registry: rt.reg, NC: rt.nc, Node: cfg.Node,
+		StatePath: cfg.InventoryStatePath(), Synthetic: synth})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Inventory.Provider == "nats" && len(opts) == 0 {
-		// Snapshots from `tapflow inventory serve`: NATS credentials only.
-		p, err := natsinv.NewProvider(rt.nc, natsinv.Options{StatePath: cfg.InventoryStatePath(), Logger: log, Registry: rt.reg})
-		if err != nil {
-			return nil, err
-		}
-		var prov enrich.Provider = p
-		if cfg.Inventory.Scope == "node" {
-			// the shared view merged with this node's overlay
-			if prov, err = nodeview.NewProvider(p, rt.nc, nodeview.Options{Node: cfg.Node, StatePath: cfg.InventoryStatePath() + ".overlay", Logger: log, Registry: rt.reg}); err != nil {
-				return nil, fmt.Errorf("inventory.scope: node: %w", err)
-			}
-		}
-		opts = append(opts, enrich.WithProvider(prov))
-		// Unknown VM MACs are asked of the service at once (docs/inventory-service.md).
-		ask, err := lookup.NewAsker(rt.nc, lookup.AskerOptions{Interval: cfg.Inventory.Lookup.Interval.D(),
-			Timeout: cfg.Inventory.Lookup.Timeout.D(), Logger: log, Registry: rt.reg})
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, enrich.WithUnknownVM(ask.Ask))
-		asker = ask
-	}
-	if barrier != nil {
-		opts = append(opts, barrier)
+	opts = append(opts, enrich.WithProvider(chosen.Provider))
+	if chosen.Asker != nil {
+		opts = append(opts, enrich.WithUnknownVM(chosen.Asker.Ask))
 	}
 	eng, err := enrich.New(cfg.EnrichConfig(), log, rt.reg, opts...)
 	if err != nil {
@@ -149,7 +124,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	rt.refresh.Store(&refresh)
 	confirm := eng.ConfirmDrop
 	rt.confirmDrop.Store(&confirm)
-	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt, asker: asker}, nil
+	return &agent{source: src, engine: eng, sink: pub, runner: runner, meters: meters, rt: rt, asker: chosen.Asker}, nil
 }
 
 // Run loads the inventory before the source starts (capture must not run

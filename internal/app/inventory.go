@@ -15,18 +15,13 @@ import (
 	"github.com/tapflow/tapflow/enrich/invserve"
 	"github.com/tapflow/tapflow/enrich/lookup"
 	"github.com/tapflow/tapflow/enrich/nodeview"
-	"github.com/tapflow/tapflow/enrich/provider/openstack"
+	"github.com/tapflow/tapflow/enrich/provider"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
 	"github.com/tapflow/tapflow/internal/version"
 	"github.com/tapflow/tapflow/inventory"
 	"github.com/tapflow/tapflow/transport"
 )
-
-// fileSource adapts the static file provider for the service.
-type fileSource struct{ f *inventory.File }
-
-func (s fileSource) Poll(context.Context) (*inventory.Inventory, bool, error) { return s.f.Poll() }
 
 // confirmHandler serves POST /-/inventory/confirm; confirm reports
 // whether the process has an inventory and whether one was held (and is
@@ -52,10 +47,8 @@ func confirmHandler(confirm func() (has, held bool)) http.Handler {
 // through inventory.provider (openstack or file) and publishes snapshots
 // to the NATS that nats.url names, until ctx ends.
 func RunInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	switch cfg.Inventory.Provider {
-	case "openstack", "file":
-	default:
-		return fmt.Errorf("inventory serve reads the cloud: inventory.provider is %q; set it to openstack (or file)", cfg.Inventory.Provider)
+	if err := provider.ServiceCheck(cfg.Inventory); err != nil {
+		return err
 	}
 	if cfg.NATS.URL == "" {
 		return errors.New("inventory serve publishes to the NATS the agents use: set nats.url")
@@ -85,20 +78,9 @@ func runInventoryServe(ctx context.Context, cfg config.Config, log *slog.Logger,
 		}
 		return nil
 	})
-	var src invserve.Source
-	if cfg.Inventory.Provider == "openstack" {
-		p, err := openstack.New(cfg.Inventory.OpenStackConfig(), log, reg)
-		if err != nil {
-			return err
-		}
-		log.Info("inventory serve: reading OpenStack", "source", p.Source())
-		src = p
-	} else {
-		f, err := inventory.NewFile(cfg.Inventory.File)
-		if err != nil {
-			return err
-		}
-		src = fileSource{f}
+	src, err := provider.Service(cfg.Inventory, provider.Env{Logger: log, Registry: reg})
+	if err != nil {
+		return err
 	}
 	if rf, ok := src.(interface{ Refresh() }); ok {
 		f := rf.Refresh

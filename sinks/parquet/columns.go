@@ -44,7 +44,9 @@ func (s *Sink[T]) newFileWriter(out io.Writer) fileWriter[T] {
 	if s.schema.rows == nil {
 		return pq.NewGenericWriter[T](out, s.wopts...)
 	}
-	w, _ := any(newColumnWriter(out, s.schema.rows, s.wopts)).(fileWriter[T])
+	cw := newColumnWriter(out, s.schema.rows, s.wopts)
+	cw.noIndices = s.dictValues
+	w, _ := any(cw).(fileWriter[T])
 	return w
 }
 
@@ -53,29 +55,48 @@ func (s *Sink[T]) newFileWriter(out io.Writer) fileWriter[T] {
 // are the same as GenericWriter's). Values are built in a recycled
 // buffer of columnStep rows; byte arrays point into the Arrow buffers
 // (the column writers copy them into their pages and dictionaries).
+// Dictionary-encoded wire columns go into Parquet dictionary columns as
+// indices (dictindex.go) unless noIndices.
 type columnWriter struct {
-	w     *pq.GenericWriter[any]
-	colOf []int // Parquet leaf column → table column
-	kinds []columns.Kind
-	vals  []pq.Value
+	w      *pq.GenericWriter[any]
+	colOf  []int // Parquet leaf column → table column
+	kinds  []columns.Kind
+	vals   []pq.Value
+	ix     dictIndexer
+	remaps []remap // per Parquet leaf column
+	one    [1]pq.Value
+	// noIndices writes every value through Dictionary.Insert: the path
+	// the index path is checked against.
+	noIndices bool
 }
 
-// Dictionary-encoded string columns (the agents' wire form) are read
-// through the chunk's indices (Row.Bytes), one slice per row, the same
-// cost as plain utf8. Resolving each dictionary entry once to a Parquet
-// value cost more than it saved (profiled: 10 % of the collector's CPU
-// resolving and 9 % clearing, because the sink writes a chunk in several
-// pieces, one per partition, each resolving every entry), and the hash
-// per value stays: parquet-go has no exported way to write
-// dictionary indices (ColumnWriter.WriteRowValues → Dictionary.Insert, a
-// map lookup per value).
+// remap maps one message's dictionary keys of a column to the row
+// group's dictionary ids (-1: not inserted yet). It lives for one Write:
+// the row group's dictionary is reset only by Flush or Close.
+type remap struct {
+	chunk *schemas.Chunk
+	keys  []int32
+	ids   []int32
+}
+
+func (m *remap) reset(c *schemas.Chunk, col int) {
+	m.chunk, m.keys = c, c.DictKeys(col)
+	n := c.DictLen(col)
+	if cap(m.ids) < n {
+		m.ids = make([]int32, n)
+	}
+	m.ids = m.ids[:n]
+	for i := range m.ids {
+		m.ids[i] = -1
+	}
+}
 
 const columnStep = 4096
 
 func newColumnWriter(out io.Writer, t *schemas.Table[schemas.Row], wopts []pq.WriterOption) *columnWriter {
 	sch := t.ParquetSchema()
 	w := pq.NewGenericWriter[any](out, append([]pq.WriterOption{sch}, wopts...)...)
-	cw := &columnWriter{w: w, vals: make([]pq.Value, 0, columnStep)}
+	cw := &columnWriter{w: w, vals: make([]pq.Value, 0, columnStep), ix: newDictIndexer()}
 	pos := map[string]int{}
 	for k, c := range t.Columns() {
 		pos[c.Name] = k
@@ -88,6 +109,7 @@ func newColumnWriter(out io.Writer, t *schemas.Table[schemas.Row], wopts []pq.Wr
 		cw.colOf = append(cw.colOf, k)
 		cw.kinds = append(cw.kinds, t.Columns()[k].Kind)
 	}
+	cw.remaps = make([]remap, len(cw.colOf))
 	return cw
 }
 
@@ -110,6 +132,13 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 					v = append(v, pq.Int32Value(r.Int32(k)))
 				}
 			default:
+				if c.writeIndices(cw, p, k, part) {
+					// No values: only the page cut WriteRowValues makes
+					// after each call. Not nil: parquet-go offsets the
+					// slice's pointer (checkptr refuses nil).
+					v = v[:0]
+					break
+				}
 				for _, r := range part {
 					v = append(v, pq.ByteArrayValue(r.Bytes(k)))
 				}
@@ -124,9 +153,54 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 	return len(rows), nil
 }
 
+// writeIndices appends part's dictionary ids to cw's page, inserting each
+// message entry once; false (nothing written) unless every row's column
+// is dictionary-encoded on the wire and cw's page is a dictionary page.
+func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schemas.Row) bool {
+	if c.noIndices {
+		return false
+	}
+	var last *schemas.Chunk
+	for _, r := range part {
+		if ch := r.Chunk(); ch != last {
+			if ch.DictKeys(k) == nil {
+				return false
+			}
+			last = ch
+		}
+	}
+	idx, dict := c.ix.slot(cw)
+	if idx == nil {
+		return false
+	}
+	m := &c.remaps[p]
+	out := *idx
+	for _, r := range part {
+		if ch := r.Chunk(); ch != m.chunk {
+			m.reset(ch, k)
+		}
+		key := m.keys[r.Index()]
+		id := m.ids[key]
+		if id < 0 {
+			c.one[0] = pq.ByteArrayValue(m.chunk.DictEntry(k, int(key)))
+			dict.Insert(m.ids[key:key+1], c.one[:])
+			id = m.ids[key]
+		}
+		out = append(out, id)
+	}
+	*idx = out
+	return true
+}
+
 // release drops the references into the batches once per Write, not per
 // column: the buffer must not keep a committed message alive.
-func (c *columnWriter) release() { clear(c.vals[:cap(c.vals)]) }
+func (c *columnWriter) release() {
+	clear(c.vals[:cap(c.vals)])
+	c.one[0] = pq.Value{}
+	for i := range c.remaps {
+		c.remaps[i].chunk, c.remaps[i].keys = nil, nil
+	}
+}
 
 func (c *columnWriter) Flush() error                          { return c.w.Flush() }
 func (c *columnWriter) Close() error                          { return c.w.Close() }

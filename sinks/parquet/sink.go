@@ -175,6 +175,9 @@ type Sink[T any] struct {
 	commits  int
 	// writeCalls counts write(2) calls on committed files (benchmarks).
 	writeCalls int64
+	// dictValues writes dictionary columns value by value (benchmarks:
+	// the path the index path replaces).
+	dictValues bool
 	pieces     map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
 	seen       map[int64]struct{}   // scratch: hours of the batch being checked
 	cur        *pipeline.BatchOf[T] // the batch being written, not yet in acks

@@ -45,7 +45,7 @@ func (s *Sink[T]) newFileWriter(out io.Writer) fileWriter[T] {
 		return pq.NewGenericWriter[T](out, s.wopts...)
 	}
 	cw := newColumnWriter(out, s.schema.rows, s.wopts)
-	cw.noIndices = s.dictValues
+	cw.valuePath = s.valuePath
 	w, _ := any(cw).(fileWriter[T])
 	return w
 }
@@ -56,7 +56,8 @@ func (s *Sink[T]) newFileWriter(out io.Writer) fileWriter[T] {
 // buffer of columnStep rows; byte arrays point into the Arrow buffers
 // (the column writers copy them into their pages and dictionaries).
 // Dictionary-encoded wire columns go into Parquet dictionary columns as
-// indices (dictindex.go) unless noIndices.
+// indices, integers into the page buffers as slices (dictindex.go),
+// unless valuePath.
 type columnWriter struct {
 	w      *pq.GenericWriter[any]
 	colOf  []int // Parquet leaf column → table column
@@ -65,9 +66,12 @@ type columnWriter struct {
 	ix     dictIndexer
 	remaps []remap // per Parquet leaf column
 	one    [1]pq.Value
-	// noIndices writes every value through Dictionary.Insert: the path
-	// the index path is checked against.
-	noIndices bool
+	i64    []int64
+	i32    []int32
+	// valuePath writes every value as a pq.Value (dictionary columns
+	// through Dictionary.Insert): the path the direct paths are checked
+	// against.
+	valuePath bool
 }
 
 // remap maps one message's dictionary keys of a column to the row
@@ -119,30 +123,62 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 	cws := c.w.ColumnWriters()
 	for start := 0; start < len(rows); start += columnStep {
 		part := rows[start:min(start+columnStep, len(rows))]
+		run, lo := runOf(part)
 		for p, cw := range cws {
 			k := c.colOf[p]
 			v := c.vals[:0]
 			switch c.kinds[p] {
 			case columns.Timestamp, columns.Int64:
+				if w, ok := c.direct(cw).(pq.Int64Writer); ok {
+					src := c.i64[:0]
+					if run != nil {
+						src = run.Int64s(k)[lo : lo+len(part)]
+					} else {
+						for _, r := range part {
+							src = append(src, r.Int64(k))
+						}
+						c.i64 = src
+					}
+					if _, err := w.WriteInt64s(src); err != nil {
+						c.release()
+						return start, fmt.Errorf("column %d: %w", p, err)
+					}
+					break // v empty: the page cut below
+				}
 				for _, r := range part {
 					v = append(v, pq.Int64Value(r.Int64(k)))
 				}
 			case columns.Int32:
+				if w, ok := c.direct(cw).(pq.Int32Writer); ok {
+					src := c.i32[:0]
+					if run != nil {
+						src = run.Int32s(k)[lo : lo+len(part)]
+					} else {
+						for _, r := range part {
+							src = append(src, r.Int32(k))
+						}
+						c.i32 = src
+					}
+					if _, err := w.WriteInt32s(src); err != nil {
+						c.release()
+						return start, fmt.Errorf("column %d: %w", p, err)
+					}
+					break
+				}
 				for _, r := range part {
 					v = append(v, pq.Int32Value(r.Int32(k)))
 				}
 			default:
 				if c.writeIndices(cw, p, k, part) {
-					// No values: only the page cut WriteRowValues makes
-					// after each call. Not nil: parquet-go offsets the
-					// slice's pointer (checkptr refuses nil).
-					v = v[:0]
 					break
 				}
 				for _, r := range part {
 					v = append(v, pq.ByteArrayValue(r.Bytes(k)))
 				}
 			}
+			// With v empty (the direct paths): only the page cut
+			// WriteRowValues makes after each call. Never nil: parquet-go
+			// offsets the slice's pointer (checkptr refuses nil).
 			if _, err := cw.WriteRowValues(v); err != nil {
 				c.release()
 				return start, fmt.Errorf("column %d: %w", p, err)
@@ -157,7 +193,7 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 // message entry once; false (nothing written) unless every row's column
 // is dictionary-encoded on the wire and cw's page is a dictionary page.
 func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schemas.Row) bool {
-	if c.noIndices {
+	if c.valuePath {
 		return false
 	}
 	var last *schemas.Chunk
@@ -190,6 +226,29 @@ func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schema
 	}
 	*idx = out
 	return true
+}
+
+// direct is cw's page buffer for the integer paths, nil on the value path.
+func (c *columnWriter) direct(cw *pq.ColumnWriter) pq.ColumnBuffer {
+	if c.valuePath {
+		return nil
+	}
+	return c.ix.buffer(cw)
+}
+
+// runOf returns the message and first index when rows are consecutive
+// rows of one message (a piece as the sink cuts them), else nil.
+func runOf(rows []schemas.Row) (*schemas.Chunk, int) {
+	if len(rows) == 0 {
+		return nil, 0
+	}
+	c, lo := rows[0].Chunk(), rows[0].Index()
+	for i, r := range rows {
+		if r.Chunk() != c || r.Index() != lo+i {
+			return nil, 0
+		}
+	}
+	return c, lo
 }
 
 // release drops the references into the batches once per Write, not per

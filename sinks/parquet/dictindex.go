@@ -21,6 +21,11 @@ import (
 // the plain buffer after the dictionary outgrew DictionaryMaxBytes, an
 // optional column) takes the value path; TestDictIndexLayout fails when
 // the fast path is lost.
+//
+// Integer columns skip pq.Value the same way: the page buffer found here
+// takes []int64 / []int32 through parquet-go's exported Int64Writer and
+// Int32Writer, straight from the Arrow buffer when a piece is a run of
+// one message's rows.
 
 const pqPkg = "github.com/parquet-go/parquet-go"
 
@@ -79,23 +84,32 @@ func newDictIndexer() dictIndexer {
 	return dictIndexer{bufOff: off, ok: ok}
 }
 
-// slot returns cw's current page indices and the dictionary they index,
-// creating the buffer as a first write would; nil when cw's buffer is not
-// parquet-go's plain dictionary buffer.
-func (x *dictIndexer) slot(cw *pq.ColumnWriter) (*[]int32, pq.Dictionary) {
+// buffer returns cw's current page buffer, creating it as a first write
+// would; nil when parquet-go has no such field.
+func (x *dictIndexer) buffer(cw *pq.ColumnWriter) pq.ColumnBuffer {
 	if !x.ok {
-		return nil, nil
+		return nil
 	}
 	buf := (*pq.ColumnBuffer)(unsafe.Add(unsafe.Pointer(cw), x.bufOff))
 	if *buf == nil {
 		// WriteRowValues creates the buffer lazily; no values, no rows
 		// (an empty slice, not nil: see Write).
 		var none [1]pq.Value
-		if _, err := cw.WriteRowValues(none[:0]); err != nil || *buf == nil {
-			return nil, nil
+		if _, err := cw.WriteRowValues(none[:0]); err != nil {
+			return nil
 		}
 	}
-	t := reflect.TypeOf(*buf)
+	return *buf
+}
+
+// slot returns cw's current page indices and the dictionary they index;
+// nil when cw's buffer is not parquet-go's plain dictionary buffer.
+func (x *dictIndexer) slot(cw *pq.ColumnWriter) (*[]int32, pq.Dictionary) {
+	buf := x.buffer(cw)
+	if buf == nil {
+		return nil, nil
+	}
+	t := reflect.TypeOf(buf)
 	if !x.haveType || t != x.layout.typ {
 		l, ok := layoutOf(t)
 		if !ok {
@@ -103,10 +117,10 @@ func (x *dictIndexer) slot(cw *pq.ColumnWriter) (*[]int32, pq.Dictionary) {
 		}
 		x.layout, x.haveType = l, true
 	}
-	d := (*buf).Dictionary()
+	d := buf.Dictionary()
 	if d == nil {
 		return nil, nil
 	}
-	p := reflect.ValueOf(*buf).UnsafePointer()
+	p := reflect.ValueOf(buf).UnsafePointer()
 	return (*[]int32)(unsafe.Add(p, x.layout.off)), d
 }

@@ -16,9 +16,10 @@ import (
 )
 
 // TestDictIndexLayout: every dictionary column of the collector's files
-// takes the index path with the parquet-go in go.mod. It fails when an
-// upgrade changes the unexported layout dictindex.go reads (the files
-// stay right then, through the value path, but the collector is slower).
+// takes the index path, and every integer column the slice path, with
+// the parquet-go in go.mod. It fails when an upgrade changes the
+// unexported layout dictindex.go reads (the files stay right then,
+// through the value path, but the collector is slower).
 func TestDictIndexLayout(t *testing.T) {
 	var out bytes.Buffer
 	w := newColumnWriter(&out, schemas.FlowRows, nil)
@@ -35,6 +36,18 @@ func TestDictIndexLayout(t *testing.T) {
 		}
 		if dict[name] {
 			n++
+		}
+		var direct bool
+		switch buf := w.direct(cw); schemas.FlowRows.Columns()[w.colOf[p]].Kind {
+		case columns.Timestamp, columns.Int64:
+			_, direct = buf.(pq.Int64Writer)
+		case columns.Int32:
+			_, direct = buf.(pq.Int32Writer)
+		default:
+			direct = true
+		}
+		if !direct {
+			t.Errorf("column %s: no slice path", name)
 		}
 	}
 	if n == 0 {
@@ -98,10 +111,10 @@ func TestDictIndicesSameFile(t *testing.T) {
 		{"dictionary to plain", []pq.WriterOption{pq.PageBufferSize(8 << 10), pq.DictionaryMaxBytes(2 << 10)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			write := func(noIndices bool) []byte {
+			write := func(valuePath bool) []byte {
 				var out bytes.Buffer
 				w := newColumnWriter(&out, schemas.FlowRows, tc.wopts)
-				w.noIndices = noIndices
+				w.valuePath = valuePath
 				n := 0
 				for _, piece := range pieces {
 					if _, err := w.Write(piece); err != nil {

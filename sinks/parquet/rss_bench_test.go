@@ -266,8 +266,9 @@ func BenchmarkCollectorWriter(b *testing.B) {
 // BenchmarkCollectorDictIndices is the collector's path of
 // BenchmarkCollectorWriter (default settings, lz4 messages, 128 of them)
 // with the wire's dictionary indices written into the Parquet
-// dictionary pages (indices: the collector's path) and with every value
-// hashed into the dictionary again (values: the path it replaces), on
+// dictionary pages and integers as slices (indices: the collector's
+// path) and with every value a pq.Value, hashed into the dictionary
+// again for strings (values: the path it replaces), on
 // two feeds: agent (the synthetic source's batches of one node, as
 // BenchmarkPipelineParquet publishes them: one hour, ~1000 ports per
 // message) and spread (BenchmarkCollectorRSS's messages: 200 nodes and
@@ -286,7 +287,7 @@ func BenchmarkCollectorDictIndices(b *testing.B) {
 				name = feed + "/values"
 			}
 			b.Run(name, func(b *testing.B) {
-				benchCollectorRSS(b, collectorBench{edge: 2, cols: true, wire: wire, messages: 128, dictValues: values})
+				benchCollectorRSS(b, collectorBench{edge: 2, cols: true, wire: wire, messages: 128, valuePath: values})
 			})
 		}
 	}
@@ -333,7 +334,7 @@ type collectorBench struct {
 	compression string // collector.compression; "" the default
 	messages    int    // messages per run; 0: rssMessages
 	wopts       []pq.WriterOption
-	dictValues  bool            // Sink.dictValues
+	valuePath   bool            // Sink.valuePath
 	wire        func() [][]byte // the messages; nil: rssMessagesWire[codec]
 }
 
@@ -376,7 +377,7 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 				b.Fatal(err)
 			}
 			sink.wopts = append(sink.wopts, cb.wopts...)
-			sink.dictValues = cb.dictValues
+			sink.valuePath = cb.valuePath
 			countWrites = func() int64 { return sink.writeCalls }
 			closeSink = sink.Close
 			src := &rssRowSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks}

@@ -127,22 +127,11 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 		for p, cw := range cws {
 			k := c.colOf[p]
 			v := c.vals[:0]
+			var err error
 			switch c.kinds[p] {
 			case columns.Timestamp, columns.Int64:
 				if w, ok := c.direct(cw).(pq.Int64Writer); ok {
-					src := c.i64[:0]
-					if run != nil {
-						src = run.Int64s(k)[lo : lo+len(part)]
-					} else {
-						for _, r := range part {
-							src = append(src, r.Int64(k))
-						}
-						c.i64 = src
-					}
-					if _, err := w.WriteInt64s(src); err != nil {
-						c.release()
-						return start, fmt.Errorf("column %d: %w", p, err)
-					}
+					err = writeInts(w.WriteInt64s, part, run, lo, k, (*schemas.Chunk).Int64s, schemas.Row.Int64, &c.i64)
 					break // v empty: the page cut below
 				}
 				for _, r := range part {
@@ -150,26 +139,14 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 				}
 			case columns.Int32:
 				if w, ok := c.direct(cw).(pq.Int32Writer); ok {
-					src := c.i32[:0]
-					if run != nil {
-						src = run.Int32s(k)[lo : lo+len(part)]
-					} else {
-						for _, r := range part {
-							src = append(src, r.Int32(k))
-						}
-						c.i32 = src
-					}
-					if _, err := w.WriteInt32s(src); err != nil {
-						c.release()
-						return start, fmt.Errorf("column %d: %w", p, err)
-					}
+					err = writeInts(w.WriteInt32s, part, run, lo, k, (*schemas.Chunk).Int32s, schemas.Row.Int32, &c.i32)
 					break
 				}
 				for _, r := range part {
 					v = append(v, pq.Int32Value(r.Int32(k)))
 				}
 			default:
-				if c.writeIndices(cw, p, k, part) {
+				if c.writeIndices(cw, p, k, part, run, lo) {
 					break
 				}
 				for _, r := range part {
@@ -179,7 +156,10 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 			// With v empty (the direct paths): only the page cut
 			// WriteRowValues makes after each call. Never nil: parquet-go
 			// offsets the slice's pointer (checkptr refuses nil).
-			if _, err := cw.WriteRowValues(v); err != nil {
+			if err == nil {
+				_, err = cw.WriteRowValues(v)
+			}
+			if err != nil {
 				c.release()
 				return start, fmt.Errorf("column %d: %w", p, err)
 			}
@@ -189,20 +169,45 @@ func (c *columnWriter) Write(rows []schemas.Row) (int, error) {
 	return len(rows), nil
 }
 
+// writeInts writes column k of part with one call of write: the
+// message's own values when part is a run of it (run, from lo), else
+// gathered into scratch.
+func writeInts[V int32 | int64](write func([]V) (int, error), part []schemas.Row, run *schemas.Chunk, lo, k int,
+	vals func(*schemas.Chunk, int) []V, val func(schemas.Row, int) V, scratch *[]V) error {
+	if run != nil {
+		_, err := write(vals(run, k)[lo : lo+len(part)])
+		return err
+	}
+	src := (*scratch)[:0]
+	for _, r := range part {
+		src = append(src, val(r, k))
+	}
+	*scratch = src
+	_, err := write(src)
+	return err
+}
+
 // writeIndices appends part's dictionary ids to cw's page, inserting each
 // message entry once; false (nothing written) unless every row's column
 // is dictionary-encoded on the wire and cw's page is a dictionary page.
-func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schemas.Row) bool {
+// run and lo are runOf(part).
+func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schemas.Row, run *schemas.Chunk, lo int) bool {
 	if c.valuePath {
 		return false
 	}
-	var last *schemas.Chunk
-	for _, r := range part {
-		if ch := r.Chunk(); ch != last {
-			if ch.DictKeys(k) == nil {
-				return false
+	if run != nil {
+		if run.DictKeys(k) == nil {
+			return false
+		}
+	} else {
+		var last *schemas.Chunk
+		for _, r := range part {
+			if ch := r.Chunk(); ch != last {
+				if ch.DictKeys(k) == nil {
+					return false
+				}
+				last = ch
 			}
-			last = ch
 		}
 	}
 	idx, dict := c.ix.slot(cw)
@@ -211,21 +216,40 @@ func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schema
 	}
 	m := &c.remaps[p]
 	out := *idx
-	for _, r := range part {
-		if ch := r.Chunk(); ch != m.chunk {
-			m.reset(ch, k)
+	if run != nil {
+		if m.chunk != run {
+			m.reset(run, k)
 		}
-		key := m.keys[r.Index()]
-		id := m.ids[key]
-		if id < 0 {
-			c.one[0] = pq.ByteArrayValue(m.chunk.DictEntry(k, int(key)))
-			dict.Insert(m.ids[key:key+1], c.one[:])
-			id = m.ids[key]
+		for _, key := range m.keys[lo : lo+len(part)] {
+			id := m.ids[key]
+			if id < 0 {
+				id = c.insert(dict, m, k, key)
+			}
+			out = append(out, id)
 		}
-		out = append(out, id)
+	} else {
+		for _, r := range part {
+			if ch := r.Chunk(); ch != m.chunk {
+				m.reset(ch, k)
+			}
+			key := m.keys[r.Index()]
+			id := m.ids[key]
+			if id < 0 {
+				id = c.insert(dict, m, k, key)
+			}
+			out = append(out, id)
+		}
 	}
 	*idx = out
 	return true
+}
+
+// insert puts entry key of m's message into the row group's dictionary
+// and returns its id.
+func (c *columnWriter) insert(dict pq.Dictionary, m *remap, k int, key int32) int32 {
+	c.one[0] = pq.ByteArrayValue(m.chunk.DictEntry(k, int(key)))
+	dict.Insert(m.ids[key:key+1], c.one[:])
+	return m.ids[key]
 }
 
 // direct is cw's page buffer for the integer paths, nil on the value path.

@@ -21,37 +21,35 @@ import (
 // unexported layout dictindex.go reads (the files stay right then,
 // through the value path, but the collector is slower).
 func TestDictIndexLayout(t *testing.T) {
-	var out bytes.Buffer
-	w := newColumnWriter(&out, schemas.FlowRows, nil)
-	dict := map[string]bool{}
-	for _, c := range columns.FlowV1 {
-		dict[c.Name] = c.Dict
-	}
-	n := 0
-	for p, cw := range w.w.ColumnWriters() {
-		name := schemas.FlowRows.Columns()[w.colOf[p]].Name
-		idx, d := w.ix.slot(cw)
-		if got := idx != nil && d != nil; got != dict[name] {
-			t.Errorf("column %s: index path %v, want %v (Dict)", name, got, dict[name])
+	for _, table := range []*schemas.Table[schemas.Row]{schemas.FlowRows, schemas.MeterRows} {
+		var out bytes.Buffer
+		w := newColumnWriter(&out, table, nil)
+		n := 0
+		for p, cw := range w.w.ColumnWriters() {
+			col := table.Columns()[w.colOf[p]]
+			idx, d := w.ix.slot(cw)
+			if got := idx != nil && d != nil; got != col.Dict {
+				t.Errorf("%s column %s: index path %v, want %v (Dict)", table.Name(), col.Name, got, col.Dict)
+			}
+			if col.Dict {
+				n++
+			}
+			var direct bool
+			switch buf := w.direct(cw); col.Kind {
+			case columns.Timestamp, columns.Int64:
+				_, direct = buf.(pq.Int64Writer)
+			case columns.Int32:
+				_, direct = buf.(pq.Int32Writer)
+			default:
+				direct = true
+			}
+			if !direct {
+				t.Errorf("%s column %s: no slice path", table.Name(), col.Name)
+			}
 		}
-		if dict[name] {
-			n++
+		if n == 0 {
+			t.Errorf("%s: no dictionary column", table.Name())
 		}
-		var direct bool
-		switch buf := w.direct(cw); schemas.FlowRows.Columns()[w.colOf[p]].Kind {
-		case columns.Timestamp, columns.Int64:
-			_, direct = buf.(pq.Int64Writer)
-		case columns.Int32:
-			_, direct = buf.(pq.Int32Writer)
-		default:
-			direct = true
-		}
-		if !direct {
-			t.Errorf("column %s: no slice path", name)
-		}
-	}
-	if n == 0 {
-		t.Fatal("no dictionary column")
 	}
 }
 

@@ -206,6 +206,10 @@ func (c *Chunk) Len() int { return c.n }
 // order); they alias the batch's memory. Nil for other kinds.
 func (c *Chunk) Int64s(col int) []int64 { return c.cols[col].i64 }
 
+// Int32s returns the values of an int32 column (table order); they alias
+// the batch's memory. Nil for other kinds.
+func (c *Chunk) Int32s(col int) []int32 { return c.cols[col].i32 }
+
 // Chunk is the batch the row belongs to.
 func (r Row) Chunk() *Chunk { return r.c }
 

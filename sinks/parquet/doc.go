@@ -46,7 +46,11 @@
 // the collector's path), where every batch is a decoded message kept in
 // its Arrow columns and columns.go writes the values straight into the
 // file's Parquet column writers, no row struct in between; both write the
-// same files. Everything else (hours, dedupe, roll, commit, upload) is the
+// same files. A column dictionary-encoded on the wire goes into the
+// Parquet dictionary page as indices: each message entry a piece of rows
+// uses is inserted into the row group's dictionary once, not every row's
+// value (dictindex.go; the value path stays for plain wire columns and
+// whatever parquet-go layout it does not know). Everything else (hours, dedupe, roll, commit, upload) is the
 // same generic code.
 //
 // Memory: records stream into the open files' row groups as batches

@@ -25,6 +25,7 @@ import (
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/synthetic"
 )
 
 const (
@@ -262,6 +263,69 @@ func BenchmarkCollectorWriter(b *testing.B) {
 	}
 }
 
+// BenchmarkCollectorDictIndices is the collector's path of
+// BenchmarkCollectorWriter (default settings, lz4 messages, 128 of them)
+// with the wire's dictionary indices written into the Parquet
+// dictionary pages and integers as slices (indices: the collector's
+// path) and with every value a pq.Value, hashed into the dictionary
+// again for strings (values: the path it replaces), on
+// two feeds: agent (the synthetic source's batches of one node, as
+// BenchmarkPipelineParquet publishes them: one hour, ~1000 ports per
+// message) and spread (BenchmarkCollectorRSS's messages: 200 nodes and
+// 8 hours in every message, so each piece a file gets has ~5000 ports
+// and little repeats). Interleave with a shell loop over -test.bench,
+// -test.count 1. Reported as BenchmarkCollectorRSS.
+func BenchmarkCollectorDictIndices(b *testing.B) {
+	for _, feed := range []string{"agent", "spread"} {
+		wire := agentMessagesLZ4
+		if feed == "spread" {
+			wire = rssMessagesWire[schemas.CodecLZ4]
+		}
+		for _, values := range []bool{false, true} {
+			name := feed + "/indices"
+			if values {
+				name = feed + "/values"
+			}
+			b.Run(name, func(b *testing.B) {
+				benchCollectorRSS(b, collectorBench{edge: 2, cols: true, wire: wire, messages: 128, valuePath: values})
+			})
+		}
+	}
+}
+
+// agentMessagesLZ4 are 32 lz4 messages of the synthetic source's
+// batches (node "bench", attributed, as fast as it can).
+var agentMessagesLZ4 = sync.OnceValue(func() [][]byte {
+	cfg := synthetic.DefaultConfig()
+	cfg.RecordsPerSecond, cfg.Attributed = 0, true
+	src, err := synthetic.New(cfg, synthetic.Options{Node: "bench", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	enc, err := schemas.NewEncoder(schemas.CodecLZ4)
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *pipeline.Batch, 4)
+	go func() { _ = src.Run(ctx, out); close(out) }()
+	var msgs [][]byte
+	for bt := range out {
+		if len(msgs) < 32 {
+			body, err := enc.Encode(nil, bt.Records)
+			if err != nil {
+				panic(err)
+			}
+			msgs = append(msgs, body)
+		} else {
+			cancel()
+		}
+		bt.Ack(nil)
+	}
+	return msgs
+})
+
 // collectorBench is one collector pipeline to measure.
 type collectorBench struct {
 	edge        int
@@ -270,6 +334,8 @@ type collectorBench struct {
 	compression string // collector.compression; "" the default
 	messages    int    // messages per run; 0: rssMessages
 	wopts       []pq.WriterOption
+	valuePath   bool            // Sink.valuePath
+	wire        func() [][]byte // the messages; nil: rssMessagesWire[codec]
 }
 
 // collectorRun is one pipeline of either path.
@@ -278,7 +344,11 @@ type collectorRun interface {
 }
 
 func benchCollectorRSS(b *testing.B, cb collectorBench) {
-	msgs := rssMessagesWire[cb.codec]()
+	wire := cb.wire
+	if wire == nil {
+		wire = rssMessagesWire[cb.codec]
+	}
+	msgs := wire()
 	nmsg := cb.messages
 	if nmsg == 0 {
 		nmsg = rssMessages
@@ -307,6 +377,7 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 				b.Fatal(err)
 			}
 			sink.wopts = append(sink.wopts, cb.wopts...)
+			sink.valuePath = cb.valuePath
 			countWrites = func() int64 { return sink.writeCalls }
 			closeSink = sink.Close
 			src := &rssRowSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks}

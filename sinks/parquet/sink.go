@@ -175,14 +175,17 @@ type Sink[T any] struct {
 	commits  int
 	// writeCalls counts write(2) calls on committed files (benchmarks).
 	writeCalls int64
-	pieces     map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
-	seen       map[int64]struct{}   // scratch: hours of the batch being checked
-	cur        *pipeline.BatchOf[T] // the batch being written, not yet in acks
-	rejLog     failLog
-	commitDue  func() string
-	fresh      *freshness
-	ends       ends  // time_end seconds of the records in the open files
-	step       int64 // byte budget of a commit after a full disk (space.go); 0: off
+	// valuePath writes every column value by value (benchmarks: the
+	// path the direct paths of columnWriter replace).
+	valuePath bool
+	pieces    map[pieceKey]bool    // scratch: pieces of the batch being written → duplicate?
+	seen      map[int64]struct{}   // scratch: hours of the batch being checked
+	cur       *pipeline.BatchOf[T] // the batch being written, not yet in acks
+	rejLog    failLog
+	commitDue func() string
+	fresh     *freshness
+	ends      ends  // time_end seconds of the records in the open files
+	step      int64 // byte budget of a commit after a full disk (space.go); 0: off
 }
 
 // file is one open partition file.

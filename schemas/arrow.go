@@ -31,11 +31,10 @@ const VersionKey = "tapflow.schema_version"
 // Parquet schema of one record type. FlowTable and MeterTable are the
 // tables; their methods are safe for concurrent use.
 type Table[T any] struct {
-	name  string
-	minor int
-	cols  []columns.Column
-	// encode's second argument: Dict strings as plain utf8 (PlainStrings).
-	encode func([]T, bool) []arrow.Array
+	name   string
+	minor  int
+	cols   []columns.Column
+	encode func([]T, wireForm) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
@@ -45,6 +44,22 @@ type Table[T any] struct {
 	schema      *arrow.Schema
 	plainSchema *arrow.Schema // every string utf8: the wire form before dictionaries
 }
+
+// wireForm is the wire form of Dict string columns.
+type wireForm uint8
+
+const (
+	// formDict: dictionaries with the narrowest signed index type that
+	// holds the message's dictionary (int8 up to 128 entries, int16 up to
+	// 32768, else int32), chosen per column and message.
+	formDict wireForm = iota
+	// formPlain: plain utf8, the form of agents before wire dictionaries
+	// (PlainStrings).
+	formPlain
+	// formWide: dictionaries with int32 indices whatever their size, the
+	// form of agents before narrow indices (WideIndices).
+	formWide
+)
 
 // FlowTable is flow.v1.
 var FlowTable = &Table[Flow]{name: columns.SchemaName, minor: columns.FlowMinor, cols: columns.FlowV1, encode: encodeFlowColumns, decode: decodeFlowColumns}
@@ -114,15 +129,34 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 	return parquet.SchemaOf(zero)
 }
 
-// ToArrow converts records to an Arrow record batch. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, false) }
+// ToArrow converts records to an Arrow record batch in the wire form:
+// Dict columns' index types are the narrowest that hold each
+// dictionary, so the batch's schema may differ from ArrowSchema in
+// those. The caller releases it.
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, formDict) }
 
-func (t *Table[T]) toArrow(recs []T, plain bool) arrow.RecordBatch {
+func (t *Table[T]) toArrow(recs []T, form wireForm) arrow.RecordBatch {
 	sc := t.ArrowSchema()
-	if plain {
+	cols := t.encode(recs, form)
+	switch form {
+	case formPlain:
 		sc = t.plainSchema
+	case formDict:
+		sc = narrowSchema(sc, cols)
 	}
-	return array.NewRecordBatch(sc, t.encode(recs, plain), int64(len(recs)))
+	return array.NewRecordBatch(sc, cols, int64(len(recs)))
+}
+
+// narrowSchema is sc with the index types of cols' dictionaries.
+func narrowSchema(sc *arrow.Schema, cols []arrow.Array) *arrow.Schema {
+	fields := sc.Fields()
+	for i, c := range cols {
+		if fields[i].Type.ID() == arrow.DICTIONARY {
+			fields[i].Type = c.DataType()
+		}
+	}
+	md := sc.Metadata()
+	return arrow.NewSchema(fields, &md)
 }
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
@@ -171,9 +205,16 @@ func ArrowSchema() *arrow.Schema { return FlowTable.ArrowSchema() }
 
 var timestampUTC = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 
-// wireDictType is the wire type of Dict string columns. int32 indices
-// are Arrow's default (pyarrow, arrow JS) and cover any batch size.
+// wireDictType is the declared type of Dict string columns (ArrowSchema):
+// int32 indices, Arrow's default, cover any batch size. Messages carry
+// narrower indices where the dictionary allows (formDict); readers take
+// any signed index type.
 var wireDictType = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}
+
+var (
+	dictInt8  = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
+	dictInt16 = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int16, ValueType: arrow.BinaryTypes.String}
+)
 
 func arrowType(k columns.Kind) arrow.DataType {
 	switch k {
@@ -240,7 +281,8 @@ func (s *stringColumn) array() arrow.Array {
 // first and small dictionaries are scanned (string equality compares
 // pointers first) before a map is built.
 type dictColumn struct {
-	plain   bool         // build utf8 instead (PlainStrings)
+	form    wireForm
+	plain   bool         // build utf8 instead (formPlain)
 	s       stringColumn // plain
 	keys    []int32
 	vals    []string // the dictionary; aliases the caller's strings
@@ -338,8 +380,9 @@ func (c *dictColumn) release() {
 // hashing.
 const dictScan = 8
 
-func (c *dictColumn) reset(n int, plain bool) {
-	if c.plain = plain; plain {
+func (c *dictColumn) reset(n int, form wireForm) {
+	c.form = form
+	if c.plain = form == formPlain; c.plain {
 		c.s.reset(n, 16)
 		return
 	}
@@ -481,11 +524,40 @@ func (c *dictColumn) array() arrow.Array {
 	}
 	dict := d.array()
 	defer dict.Release()
-	keys := int32Array(c.keys)
+	dt, keys := c.indices()
 	defer keys.Release()
 	c.release() // clears the map: no record's strings kept alive
 	c.vals, c.index = nil, nil
-	return array.NewDictionaryArray(wireDictType, keys, dict)
+	return array.NewDictionaryArray(dt, keys, dict)
+}
+
+// indices is the dictionary type and index array of the column: keys
+// narrowed in place (each index is read before its bytes are written
+// over) to the narrowest type that holds the dictionary (formDict).
+func (c *dictColumn) indices() (*arrow.DictionaryType, arrow.Array) {
+	n, m := len(c.keys), len(c.vals)
+	if c.form == formWide || n == 0 || m > 1<<15 {
+		return wireDictType, int32Array(c.keys)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(c.keys))
+	if m <= 1<<7 {
+		v := unsafe.Slice((*int8)(p), n)
+		for i, k := range c.keys {
+			v[i] = int8(k)
+		}
+		return dictInt8, indexArray(arrow.PrimitiveTypes.Int8, arrow.Int8Traits.CastToBytes(v), n)
+	}
+	v := unsafe.Slice((*int16)(p), n)
+	for i, k := range c.keys {
+		v[i] = int16(k)
+	}
+	return dictInt16, indexArray(arrow.PrimitiveTypes.Int16, arrow.Int16Traits.CastToBytes(v), n)
+}
+
+func indexArray(t arrow.DataType, b []byte, n int) arrow.Array {
+	d := array.NewData(t, n, []*memory.Buffer{nil, memory.NewBufferBytes(b)}, nil, 0, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
 }
 
 // zeroArray is n zero values of kind k: a column an older writer did not

@@ -46,16 +46,16 @@ type Meter struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 14
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeMeterColumns(recs []Meter, plain bool) []arrow.Array {
+func encodeMeterColumns(recs []Meter, form wireForm) []arrow.Array {
 	n := len(recs)
 	c0 := make([]int64, n)
 	c1 := make([]int64, n)
 	var c2 dictColumn
-	c2.reset(n, plain)
+	c2.reset(n, form)
 	var c3 dictColumn
-	c3.reset(n, plain)
+	c3.reset(n, form)
 	var c4 dictColumn
-	c4.reset(n, plain)
+	c4.reset(n, form)
 	c5 := make([]int64, n)
 	c6 := make([]int64, n)
 	c7 := make([]int64, n)
@@ -63,7 +63,7 @@ func encodeMeterColumns(recs []Meter, plain bool) []arrow.Array {
 	c9 := make([]int64, n)
 	c10 := make([]int64, n)
 	var c11 dictColumn
-	c11.reset(n, plain)
+	c11.reset(n, form)
 	c12 := make([]int64, n)
 	c13 := make([]int32, n)
 	for i := range recs {

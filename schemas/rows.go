@@ -60,7 +60,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row, plain bool) []arrow.Array { return encodeRows(t, rows, plain) }
+	t.encode = func(rows []Row, form wireForm) []arrow.Array { return encodeRows(t, rows, form) }
 	return t
 }
 
@@ -270,7 +270,7 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, form wireForm) []arrow.Array {
 	n := len(rows)
 	out := make([]arrow.Array, len(t.cols))
 	for k, col := range t.cols {
@@ -292,9 +292,9 @@ func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
 			}
 			out[k] = int32Array(v)
 		default:
-			if col.Dict && !plain {
+			if col.Dict && form != formPlain {
 				var d dictColumn
-				d.reset(n, false)
+				d.reset(n, form)
 				for _, r := range rows {
 					d.add(r.String(k))
 				}

@@ -105,12 +105,12 @@ type {{.Type}} struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
-func encode{{.Type}}Columns(recs []{{.Type}}, plain bool) []arrow.Array {
+func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm) []arrow.Array {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
 {{- if and (isString $c.Kind) $c.Dict}}
 	var c{{$i}} dictColumn
-	c{{$i}}.reset(n, plain)
+	c{{$i}}.reset(n, form)
 {{- else if isString $c.Kind}}
 	var c{{$i}} stringColumn
 	c{{$i}}.reset(n, 16)

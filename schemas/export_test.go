@@ -1,0 +1,7 @@
+package schemas
+
+import "github.com/apache/arrow-go/v18/arrow"
+
+// ToArrowWide is FlowTable.ToArrow in the int32 indices of agents before
+// narrow indices (WideIndices), for benchmarks.
+func ToArrowWide(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, formWide) }

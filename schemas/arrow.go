@@ -91,7 +91,8 @@ func (t *Table[T]) Columns() []columns.Column { return t.cols }
 
 // ArrowSchema returns the Arrow schema derived from the column table.
 // Low-cardinality strings (Dict) are dictionary<int32, utf8> with one
-// dictionary per message; other strings are plain utf8; timestamps are
+// dictionary per message (messages narrow the indices: ToArrow); other
+// strings are plain utf8; timestamps are
 // µs UTC, counters int64. Decoders accept either string form for any
 // string column (writers before wire dictionaries send utf8).
 func (t *Table[T]) ArrowSchema() *arrow.Schema {
@@ -274,7 +275,7 @@ func (s *stringColumn) array() arrow.Array {
 	return array.MakeFromData(d)
 }
 
-// dictColumn builds a dictionary<int32, utf8> array: the distinct values
+// dictColumn builds a dictionary<int*, utf8> array: the distinct values
 // once, and one index per row. The agent's strings of one batch are
 // mostly the same few (node, agent_id, one tenant's ids), often the
 // same pointers, so the last value's pointer and length are checked

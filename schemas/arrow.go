@@ -34,7 +34,7 @@ type Table[T any] struct {
 	name   string
 	minor  int
 	cols   []columns.Column
-	encode func([]T, wireForm) []arrow.Array
+	encode func([]T, wireForm, *colArena) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
@@ -134,11 +134,13 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 // Dict columns' index types are the narrowest that hold each
 // dictionary, so the batch's schema may differ from ArrowSchema in
 // those. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, formDict) }
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, formDict, nil) }
 
-func (t *Table[T]) toArrow(recs []T, form wireForm) arrow.RecordBatch {
+// toArrow builds the batch in a's buffers (nil: fresh ones); the batch
+// must be released before a is reused.
+func (t *Table[T]) toArrow(recs []T, form wireForm, a *colArena) arrow.RecordBatch {
 	sc := t.ArrowSchema()
-	cols := t.encode(recs, form)
+	cols := t.encode(recs, form, a)
 	switch form {
 	case formPlain:
 		sc = t.plainSchema
@@ -248,15 +250,87 @@ func grow[T any](dst []T, n int) []T {
 	return dst[:len(dst)+n]
 }
 
+// colArena lends the column buffers of one message and takes them back
+// once it is written (EncoderOf keeps a pool): a 16384-record flow batch
+// needs about 2.5 MB of them, which fresh would cost allocation, zeroing
+// and GC work per message. Buffers are handed out in call order, so one
+// table's messages get the same buffers back; every element handed out
+// is written before it is read. A nil arena allocates.
+type colArena struct {
+	i64          [][]int64
+	i32          [][]int32
+	bytes        [][]byte
+	n64, n32, nb int
+}
+
+func (a *colArena) reset() { a.n64, a.n32, a.nb = 0, 0, 0 }
+
+func (a *colArena) int64s(n int) []int64 {
+	if a == nil {
+		return make([]int64, n)
+	}
+	return lend(&a.i64, &a.n64, n)
+}
+
+func (a *colArena) int32s(n int) []int32 {
+	if a == nil {
+		return make([]int32, n)
+	}
+	return lend(&a.i32, &a.n32, n)
+}
+
+// lend is the next of bufs (the *next-th), n long.
+func lend[E int32 | int64](bufs *[][]E, next *int, n int) []E {
+	if *next == len(*bufs) {
+		*bufs = append(*bufs, nil)
+	}
+	s := &(*bufs)[*next]
+	*next++
+	if cap(*s) < n {
+		*s = make([]E, n)
+	}
+	return (*s)[:n]
+}
+
+// byteBuf is an empty buffer of capacity n or more and its slot, for
+// keep.
+func (a *colArena) byteBuf(n int) ([]byte, int) {
+	if a == nil {
+		return make([]byte, 0, n), -1
+	}
+	if a.nb == len(a.bytes) {
+		a.bytes = append(a.bytes, nil)
+	}
+	k := a.nb
+	a.nb++
+	if cap(a.bytes[k]) < n {
+		a.bytes[k] = make([]byte, 0, n)
+	}
+	return a.bytes[k][:0], k
+}
+
+// keep stores a buffer that outgrew its slot k, for the next message.
+func (a *colArena) keep(k int, b []byte) {
+	if a != nil && k >= 0 && cap(b) > cap(a.bytes[k]) {
+		a.bytes[k] = b[:0]
+	}
+}
+
 // stringColumn builds a utf8 array from one offsets and one data buffer.
 type stringColumn struct {
 	offsets []int32
 	data    []byte
+	arena   *colArena
+	slot    int // data's in arena
 }
 
-func (s *stringColumn) reset(n, avg int) {
-	s.offsets = make([]int32, 1, n+1)
-	s.data = make([]byte, 0, n*avg)
+func (s *stringColumn) reset(n, avg int) { s.resetIn(nil, n, avg) }
+
+func (s *stringColumn) resetIn(a *colArena, n, avg int) {
+	s.offsets = a.int32s(n + 1)[:1]
+	s.offsets[0] = 0
+	s.data, s.slot = a.byteBuf(n * avg)
+	s.arena = a
 }
 
 func (s *stringColumn) add(v string) {
@@ -265,6 +339,7 @@ func (s *stringColumn) add(v string) {
 }
 
 func (s *stringColumn) array() arrow.Array {
+	s.arena.keep(s.slot, s.data)
 	n := len(s.offsets) - 1
 	d := array.NewData(arrow.BinaryTypes.String, n, []*memory.Buffer{
 		nil,
@@ -381,13 +456,13 @@ func (c *dictColumn) release() {
 // hashing.
 const dictScan = 8
 
-func (c *dictColumn) reset(n int, form wireForm) {
+func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 	c.form = form
 	if c.plain = form == formPlain; c.plain {
-		c.s.reset(n, 16)
+		c.s.resetIn(a, n, 16)
 		return
 	}
-	c.keys = make([]int32, 0, n)
+	c.keys = a.int32s(n)[:0]
 	c.vals = c.vals[:0]
 	c.release()
 	c.index = nil

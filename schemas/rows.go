@@ -60,7 +60,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row, form wireForm) []arrow.Array { return encodeRows(t, rows, form) }
+	t.encode = func(rows []Row, form wireForm, _ *colArena) []arrow.Array { return encodeRows(t, rows, form) }
 	return t
 }
 
@@ -294,7 +294,7 @@ func encodeRows(t *Table[Row], rows []Row, form wireForm) []arrow.Array {
 		default:
 			if col.Dict && form != formPlain {
 				var d dictColumn
-				d.reset(n, form)
+				d.reset(n, form, nil)
 				for _, r := range rows {
 					d.add(r.String(k))
 				}

@@ -66,6 +66,8 @@ type EncoderOf[T any] struct {
 	codec string
 	form  wireForm
 	plain sync.Pool // *bytes.Buffer for the uncompressed stream
+	// arenas: *colArena, the column buffers of one message each.
+	arenas sync.Pool
 }
 
 // NewEncoder returns a flow.v1 Encoder for codec (see ValidCodec).
@@ -136,7 +138,13 @@ func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 
 func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	rec := e.t.toArrow(recs, e.form)
+	a, _ := e.arenas.Get().(*colArena)
+	if a == nil {
+		a = new(colArena)
+	}
+	a.reset()
+	defer e.arenas.Put(a) // after rec's release and the writer's close
+	rec := e.t.toArrow(recs, e.form, a)
 	defer rec.Release()
 	opts := e.opts
 	if e.form == formDict {

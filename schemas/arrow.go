@@ -679,13 +679,14 @@ func timestampArray(v []int64) arrow.Array {
 type strCol struct {
 	data string
 	offs []int32
-	keys []int32 // nil: plain
+	dict bool // keys into vals, else plain
+	keys dictKeys
 	vals []string
 }
 
 func (s *strCol) at(i int) string {
-	if s.keys != nil {
-		return s.vals[s.keys[i]]
+	if s.dict {
+		return s.vals[s.keys.at(i)]
 	}
 	return s.data[s.offs[i]-s.offs[0] : s.offs[i+1]-s.offs[0]]
 }
@@ -704,7 +705,7 @@ func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
 		}
 		return strCol{data: d, offs: o}, nil
 	case *array.Dictionary:
-		keys, dict, err := DictionaryStrings(name, a, n)
+		keys, dict, err := dictionaryKeys(name, a, n)
 		if err != nil {
 			return strCol{}, err
 		}
@@ -716,7 +717,7 @@ func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
 		for k := range vals {
 			vals[k] = d[o[k]-o[0] : o[k+1]-o[0]]
 		}
-		return strCol{keys: keys, vals: vals}, nil
+		return strCol{dict: true, keys: keys, vals: vals}, nil
 	}
 	return strCol{}, fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", name, a.DataType())
 }
@@ -733,51 +734,105 @@ const maxDictSlack = 4096
 // dictionary with more than maxDictSlack entries beyond n: clear errors,
 // never a panic.
 func DictionaryStrings(name string, a *array.Dictionary, n int) ([]int32, *array.String, error) {
+	keys, dict, err := dictionaryKeys(name, a, n)
+	return keys.int32s(), dict, err
+}
+
+// dictKeys are a dictionary column's indices, checked in range: int8 and
+// int16 ones (tapflow's narrow wire form) as the batch holds them, not
+// widened into a copy per message; others as int32.
+type dictKeys struct {
+	k8  []int8
+	k16 []int16
+	k32 []int32
+}
+
+func (d *dictKeys) at(i int) int {
+	switch {
+	case d.k8 != nil:
+		return int(d.k8[i])
+	case d.k16 != nil:
+		return int(d.k16[i])
+	}
+	return int(d.k32[i])
+}
+
+func (d *dictKeys) len() int { return max(len(d.k8), len(d.k16), len(d.k32)) }
+
+// int32s is the indices as int32: k32 itself, or a widened copy.
+func (d *dictKeys) int32s() []int32 {
+	switch {
+	case d.k8 != nil:
+		return widen(d.k8)
+	case d.k16 != nil:
+		return widen(d.k16)
+	}
+	return d.k32
+}
+
+// dictionaryKeys is DictionaryStrings with the indices in their own width
+// where that is int8 or int16.
+func dictionaryKeys(name string, a *array.Dictionary, n int) (dictKeys, *array.String, error) {
 	dt, _ := a.DataType().(*arrow.DictionaryType)
 	dict, ok := a.Dictionary().(*array.String)
 	if !ok || dt == nil {
-		return nil, nil, fmt.Errorf("column %s: got %s, want dictionary<int32, utf8> (or plain utf8)", name, a.DataType())
+		return dictKeys{}, nil, fmt.Errorf("column %s: got %s, want dictionary<int32, utf8> (or plain utf8)", name, a.DataType())
 	}
 	m := dict.Len()
 	if m > n+maxDictSlack {
-		return nil, nil, fmt.Errorf("column %s: dictionary of %d entries for %d rows (at most %d beyond the rows)", name, m, n, maxDictSlack)
+		return dictKeys{}, nil, fmt.Errorf("column %s: dictionary of %d entries for %d rows (at most %d beyond the rows)", name, m, n, maxDictSlack)
 	}
 	if a.NullN() > 0 || dict.NullN() > 0 {
-		return nil, nil, fmt.Errorf("column %s: nulls in the dictionary or its indices; tapflow columns are not nullable", name)
+		return dictKeys{}, nil, fmt.Errorf("column %s: nulls in the dictionary or its indices; tapflow columns are not nullable", name)
 	}
 	if a.Len() < n {
-		return nil, nil, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
+		return dictKeys{}, nil, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
 	}
-	var keys []int32
+	var keys dictKeys
+	var err error
 	switch ix := a.Indices().(type) {
 	case *array.Int32:
-		keys = ix.Int32Values()[:n]
+		keys.k32 = ix.Int32Values()[:n]
+		err = checkKeys(name, keys.k32, m)
 	case *array.Int16:
-		keys = widen(ix.Int16Values()[:n])
+		keys.k16 = ix.Int16Values()[:n]
+		err = checkKeys(name, keys.k16, m)
 	case *array.Int8:
-		keys = widen(ix.Int8Values()[:n])
+		keys.k8 = ix.Int8Values()[:n]
+		err = checkKeys(name, keys.k8, m)
 	case *array.Uint8:
-		keys = widen(ix.Uint8Values()[:n])
+		keys.k32 = widen(ix.Uint8Values()[:n])
+		err = checkKeys(name, keys.k32, m)
 	case *array.Uint16:
-		keys = widen(ix.Uint16Values()[:n])
+		keys.k32 = widen(ix.Uint16Values()[:n])
+		err = checkKeys(name, keys.k32, m)
 	case *array.Int64:
 		v := ix.Int64Values()[:n]
-		keys = make([]int32, n)
-		for i, k := range v {
-			if k < 0 || k >= int64(m) {
-				return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+		if err = checkKeys(name, v, m); err == nil {
+			keys.k32 = make([]int32, n)
+			for i, k := range v {
+				keys.k32[i] = int32(k)
 			}
-			keys[i] = int32(k)
 		}
 	default:
-		return nil, nil, fmt.Errorf("column %s: dictionary index type %s; use int8, int16, int32, int64, uint8 or uint16", name, dt.IndexType)
+		return dictKeys{}, nil, fmt.Errorf("column %s: dictionary index type %s; use int8, int16, int32, int64, uint8 or uint16", name, dt.IndexType)
 	}
-	for i, k := range keys {
-		if uint32(k) >= uint32(m) {
-			return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
-		}
+	if err != nil {
+		return dictKeys{}, nil, err
+	}
+	if keys.k8 == nil && keys.k16 == nil && keys.k32 == nil {
+		keys.k32 = []int32{} // no rows: still a dictionary column
 	}
 	return keys, dict, nil
+}
+
+func checkKeys[K int8 | int16 | int32 | int64](name string, keys []K, m int) error {
+	for i, k := range keys {
+		if k < 0 || int64(k) >= int64(m) {
+			return fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+		}
+	}
+	return nil
 }
 
 func widen[K int8 | int16 | uint8 | uint16](v []K) []int32 {

@@ -127,6 +127,53 @@ func BenchmarkWireBody(b *testing.B) {
 	})
 }
 
+// BenchmarkWireBodyDecode: the collector's decode into rows of the
+// realistic batch sent with narrow dictionary indices against int32
+// ones, per codec (none, lz4), in the same iterations in alternating
+// order; CPU ns/record and narrow_vs_wide_<codec>.
+func BenchmarkWireBodyDecode(b *testing.B) {
+	recs := realistic(b)
+	codecs := []string{schemas.CodecNone, schemas.CodecLZ4}
+	var bodies [2][][]byte // [narrow, wide][codec]
+	for _, c := range codecs {
+		enc, err := schemas.NewEncoder(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, e := range []*schemas.Encoder{enc, enc.WideIndices()} {
+			body, err := e.Encode(nil, recs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bodies[i] = append(bodies[i], body)
+		}
+	}
+	dec := schemas.NewDecoderFor(schemas.FlowRows)
+	var rows []schemas.Row
+	var t [2][2]time.Duration
+	order := []int{0, 1}
+	for b.Loop() {
+		order[0], order[1] = order[1], order[0]
+		for _, i := range order {
+			for j := range codecs {
+				t0 := cpuNow()
+				var err error
+				if rows, err = dec.Decode(rows[:0], bodies[i][j]); err != nil {
+					b.Fatal(err)
+				}
+				t[i][j] += cpuNow() - t0
+			}
+		}
+	}
+	for j, c := range codecs {
+		per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N*len(recs)) }
+		b.ReportMetric(per(t[0][j]), "narrow_"+c+"_dec_rows_cpu_ns/record")
+		b.ReportMetric(per(t[1][j]), "wide_"+c+"_dec_rows_cpu_ns/record")
+		b.ReportMetric(float64(t[0][j])/float64(t[1][j]), "narrow_vs_wide_"+c)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
 // columnBuffers are the data buffers of one column as the IPC body holds
 // them: its own, then its dictionary's (no validity bitmaps: no nulls).
 func columnBuffers(d arrow.ArrayData) [][]byte {

@@ -55,10 +55,11 @@ func writeOutputCompressed(t *testing.T, recs []schemas.Flow, batch int, compres
 	cfg.Output, cfg.Writer, cfg.Compression = dir, "compat", compression
 	cfg.RollSize = 1 << 20 // several files per partition
 	// The collector's path: messages as the agent encodes them, decoded
-	// into schemas.Row and written from their Arrow columns. Every other
-	// message has the plain utf8 strings of an agent before wire
-	// dictionaries (a rolling upgrade): files mix both, DuckDB must not
-	// tell.
+	// into schemas.Row and written from their Arrow columns. Messages
+	// rotate through the current form (narrow dictionary indices), the
+	// plain utf8 strings of agents before wire dictionaries and the int32
+	// indices of agents before narrow ones (a rolling upgrade): files mix
+	// all three, DuckDB must not tell.
 	s, err := parquet.NewFor(cfg, parquet.FlowRowSchema, parquet.Options{Node: "compat"})
 	if err != nil {
 		t.Fatal(err)
@@ -68,12 +69,12 @@ func writeOutputCompressed(t *testing.T, recs []schemas.Flow, batch int, compres
 	if err != nil {
 		t.Fatal(err)
 	}
-	encs := []*schemas.Encoder{enc, enc.PlainStrings()}
+	encs := []*schemas.Encoder{enc, enc.PlainStrings(), enc.WideIndices()}
 	dec := schemas.NewDecoderFor(schemas.FlowRows)
 	in := make(chan *pipeline.BatchOf[schemas.Row], len(recs)/batch+1)
 	failed := 0
 	for i := 0; i < len(recs); i += batch {
-		body, err := encs[i/batch%2].Encode(nil, recs[i:min(i+batch, len(recs))])
+		body, err := encs[i/batch%len(encs)].Encode(nil, recs[i:min(i+batch, len(recs))])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,11 +31,10 @@ const VersionKey = "tapflow.schema_version"
 // Parquet schema of one record type. FlowTable and MeterTable are the
 // tables; their methods are safe for concurrent use.
 type Table[T any] struct {
-	name  string
-	minor int
-	cols  []columns.Column
-	// encode's second argument: Dict strings as plain utf8 (PlainStrings).
-	encode func([]T, bool) []arrow.Array
+	name   string
+	minor  int
+	cols   []columns.Column
+	encode func([]T, wireForm, *colArena) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
@@ -45,6 +44,22 @@ type Table[T any] struct {
 	schema      *arrow.Schema
 	plainSchema *arrow.Schema // every string utf8: the wire form before dictionaries
 }
+
+// wireForm is the wire form of Dict string columns.
+type wireForm uint8
+
+const (
+	// formDict: dictionaries with the narrowest signed index type that
+	// holds the message's dictionary (int8 up to 128 entries, int16 up to
+	// 32768, else int32), chosen per column and message.
+	formDict wireForm = iota
+	// formPlain: plain utf8, the form of agents before wire dictionaries
+	// (PlainStrings).
+	formPlain
+	// formWide: dictionaries with int32 indices whatever their size, the
+	// form of agents before narrow indices (WideIndices).
+	formWide
+)
 
 // FlowTable is flow.v1.
 var FlowTable = &Table[Flow]{name: columns.SchemaName, minor: columns.FlowMinor, cols: columns.FlowV1, encode: encodeFlowColumns, decode: decodeFlowColumns}
@@ -76,7 +91,8 @@ func (t *Table[T]) Columns() []columns.Column { return t.cols }
 
 // ArrowSchema returns the Arrow schema derived from the column table.
 // Low-cardinality strings (Dict) are dictionary<int32, utf8> with one
-// dictionary per message; other strings are plain utf8; timestamps are
+// dictionary per message (messages narrow the indices: ToArrow); other
+// strings are plain utf8; timestamps are
 // µs UTC, counters int64. Decoders accept either string form for any
 // string column (writers before wire dictionaries send utf8).
 func (t *Table[T]) ArrowSchema() *arrow.Schema {
@@ -114,15 +130,36 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 	return parquet.SchemaOf(zero)
 }
 
-// ToArrow converts records to an Arrow record batch. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, false) }
+// ToArrow converts records to an Arrow record batch in the wire form:
+// Dict columns' index types are the narrowest that hold each
+// dictionary, so the batch's schema may differ from ArrowSchema in
+// those. The caller releases it.
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, formDict, nil) }
 
-func (t *Table[T]) toArrow(recs []T, plain bool) arrow.RecordBatch {
+// toArrow builds the batch in a's buffers (nil: fresh ones); the batch
+// must be released before a is reused.
+func (t *Table[T]) toArrow(recs []T, form wireForm, a *colArena) arrow.RecordBatch {
 	sc := t.ArrowSchema()
-	if plain {
+	cols := t.encode(recs, form, a)
+	switch form {
+	case formPlain:
 		sc = t.plainSchema
+	case formDict:
+		sc = narrowSchema(sc, cols)
 	}
-	return array.NewRecordBatch(sc, t.encode(recs, plain), int64(len(recs)))
+	return array.NewRecordBatch(sc, cols, int64(len(recs)))
+}
+
+// narrowSchema is sc with the index types of cols' dictionaries.
+func narrowSchema(sc *arrow.Schema, cols []arrow.Array) *arrow.Schema {
+	fields := sc.Fields()
+	for i, c := range cols {
+		if fields[i].Type.ID() == arrow.DICTIONARY {
+			fields[i].Type = c.DataType()
+		}
+	}
+	md := sc.Metadata()
+	return arrow.NewSchema(fields, &md)
 }
 
 // FromArrow appends the rows of rec to dst. Columns are matched by name, so
@@ -171,9 +208,16 @@ func ArrowSchema() *arrow.Schema { return FlowTable.ArrowSchema() }
 
 var timestampUTC = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 
-// wireDictType is the wire type of Dict string columns. int32 indices
-// are Arrow's default (pyarrow, arrow JS) and cover any batch size.
+// wireDictType is the declared type of Dict string columns (ArrowSchema):
+// int32 indices, Arrow's default, cover any batch size. Messages carry
+// narrower indices where the dictionary allows (formDict); readers take
+// any signed index type.
 var wireDictType = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}
+
+var (
+	dictInt8  = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
+	dictInt16 = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int16, ValueType: arrow.BinaryTypes.String}
+)
 
 func arrowType(k columns.Kind) arrow.DataType {
 	switch k {
@@ -206,15 +250,87 @@ func grow[T any](dst []T, n int) []T {
 	return dst[:len(dst)+n]
 }
 
+// colArena lends the column buffers of one message and takes them back
+// once it is written (EncoderOf keeps a pool): a 16384-record flow batch
+// needs about 2.5 MB of them, which fresh would cost allocation, zeroing
+// and GC work per message. Buffers are handed out in call order, so one
+// table's messages get the same buffers back; every element handed out
+// is written before it is read. A nil arena allocates.
+type colArena struct {
+	i64          [][]int64
+	i32          [][]int32
+	bytes        [][]byte
+	n64, n32, nb int
+}
+
+func (a *colArena) reset() { a.n64, a.n32, a.nb = 0, 0, 0 }
+
+func (a *colArena) int64s(n int) []int64 {
+	if a == nil {
+		return make([]int64, n)
+	}
+	return lend(&a.i64, &a.n64, n)
+}
+
+func (a *colArena) int32s(n int) []int32 {
+	if a == nil {
+		return make([]int32, n)
+	}
+	return lend(&a.i32, &a.n32, n)
+}
+
+// lend is the next of bufs (the *next-th), n long.
+func lend[E int32 | int64](bufs *[][]E, next *int, n int) []E {
+	if *next == len(*bufs) {
+		*bufs = append(*bufs, nil)
+	}
+	s := &(*bufs)[*next]
+	*next++
+	if cap(*s) < n {
+		*s = make([]E, n)
+	}
+	return (*s)[:n]
+}
+
+// byteBuf is an empty buffer of capacity n or more and its slot, for
+// keep.
+func (a *colArena) byteBuf(n int) ([]byte, int) {
+	if a == nil {
+		return make([]byte, 0, n), -1
+	}
+	if a.nb == len(a.bytes) {
+		a.bytes = append(a.bytes, nil)
+	}
+	k := a.nb
+	a.nb++
+	if cap(a.bytes[k]) < n {
+		a.bytes[k] = make([]byte, 0, n)
+	}
+	return a.bytes[k][:0], k
+}
+
+// keep stores a buffer that outgrew its slot k, for the next message.
+func (a *colArena) keep(k int, b []byte) {
+	if a != nil && k >= 0 && cap(b) > cap(a.bytes[k]) {
+		a.bytes[k] = b[:0]
+	}
+}
+
 // stringColumn builds a utf8 array from one offsets and one data buffer.
 type stringColumn struct {
 	offsets []int32
 	data    []byte
+	arena   *colArena
+	slot    int // data's in arena
 }
 
-func (s *stringColumn) reset(n, avg int) {
-	s.offsets = make([]int32, 1, n+1)
-	s.data = make([]byte, 0, n*avg)
+func (s *stringColumn) reset(n, avg int) { s.resetIn(nil, n, avg) }
+
+func (s *stringColumn) resetIn(a *colArena, n, avg int) {
+	s.offsets = a.int32s(n + 1)[:1]
+	s.offsets[0] = 0
+	s.data, s.slot = a.byteBuf(n * avg)
+	s.arena = a
 }
 
 func (s *stringColumn) add(v string) {
@@ -223,6 +339,7 @@ func (s *stringColumn) add(v string) {
 }
 
 func (s *stringColumn) array() arrow.Array {
+	s.arena.keep(s.slot, s.data)
 	n := len(s.offsets) - 1
 	d := array.NewData(arrow.BinaryTypes.String, n, []*memory.Buffer{
 		nil,
@@ -233,14 +350,15 @@ func (s *stringColumn) array() arrow.Array {
 	return array.MakeFromData(d)
 }
 
-// dictColumn builds a dictionary<int32, utf8> array: the distinct values
+// dictColumn builds a dictionary<int*, utf8> array: the distinct values
 // once, and one index per row. The agent's strings of one batch are
 // mostly the same few (node, agent_id, one tenant's ids), often the
 // same pointers, so the last value's pointer and length are checked
 // first and small dictionaries are scanned (string equality compares
 // pointers first) before a map is built.
 type dictColumn struct {
-	plain   bool         // build utf8 instead (PlainStrings)
+	form    wireForm
+	plain   bool         // build utf8 instead (formPlain)
 	s       stringColumn // plain
 	keys    []int32
 	vals    []string // the dictionary; aliases the caller's strings
@@ -338,12 +456,13 @@ func (c *dictColumn) release() {
 // hashing.
 const dictScan = 8
 
-func (c *dictColumn) reset(n int, plain bool) {
-	if c.plain = plain; plain {
-		c.s.reset(n, 16)
+func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
+	c.form = form
+	if c.plain = form == formPlain; c.plain {
+		c.s.resetIn(a, n, 16)
 		return
 	}
-	c.keys = make([]int32, 0, n)
+	c.keys = a.int32s(n)[:0]
 	c.vals = c.vals[:0]
 	c.release()
 	c.index = nil
@@ -481,11 +600,40 @@ func (c *dictColumn) array() arrow.Array {
 	}
 	dict := d.array()
 	defer dict.Release()
-	keys := int32Array(c.keys)
+	dt, keys := c.indices()
 	defer keys.Release()
 	c.release() // clears the map: no record's strings kept alive
 	c.vals, c.index = nil, nil
-	return array.NewDictionaryArray(wireDictType, keys, dict)
+	return array.NewDictionaryArray(dt, keys, dict)
+}
+
+// indices is the dictionary type and index array of the column: keys
+// narrowed in place (each index is read before its bytes are written
+// over) to the narrowest type that holds the dictionary (formDict).
+func (c *dictColumn) indices() (*arrow.DictionaryType, arrow.Array) {
+	n, m := len(c.keys), len(c.vals)
+	if c.form == formWide || n == 0 || m > 1<<15 {
+		return wireDictType, int32Array(c.keys)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(c.keys))
+	if m <= 1<<7 {
+		v := unsafe.Slice((*int8)(p), n)
+		for i, k := range c.keys {
+			v[i] = int8(k)
+		}
+		return dictInt8, indexArray(arrow.PrimitiveTypes.Int8, arrow.Int8Traits.CastToBytes(v), n)
+	}
+	v := unsafe.Slice((*int16)(p), n)
+	for i, k := range c.keys {
+		v[i] = int16(k)
+	}
+	return dictInt16, indexArray(arrow.PrimitiveTypes.Int16, arrow.Int16Traits.CastToBytes(v), n)
+}
+
+func indexArray(t arrow.DataType, b []byte, n int) arrow.Array {
+	d := array.NewData(t, n, []*memory.Buffer{nil, memory.NewBufferBytes(b)}, nil, 0, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
 }
 
 // zeroArray is n zero values of kind k: a column an older writer did not
@@ -531,13 +679,14 @@ func timestampArray(v []int64) arrow.Array {
 type strCol struct {
 	data string
 	offs []int32
-	keys []int32 // nil: plain
+	dict bool // keys into vals, else plain
+	keys dictKeys
 	vals []string
 }
 
 func (s *strCol) at(i int) string {
-	if s.keys != nil {
-		return s.vals[s.keys[i]]
+	if s.dict {
+		return s.vals[s.keys.at(i)]
 	}
 	return s.data[s.offs[i]-s.offs[0] : s.offs[i+1]-s.offs[0]]
 }
@@ -556,7 +705,7 @@ func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
 		}
 		return strCol{data: d, offs: o}, nil
 	case *array.Dictionary:
-		keys, dict, err := DictionaryStrings(name, a, n)
+		keys, dict, err := dictionaryKeys(name, a, n)
 		if err != nil {
 			return strCol{}, err
 		}
@@ -568,7 +717,7 @@ func stringsOf(name string, a arrow.Array, n int) (strCol, error) {
 		for k := range vals {
 			vals[k] = d[o[k]-o[0] : o[k+1]-o[0]]
 		}
-		return strCol{keys: keys, vals: vals}, nil
+		return strCol{dict: true, keys: keys, vals: vals}, nil
 	}
 	return strCol{}, fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", name, a.DataType())
 }
@@ -585,51 +734,105 @@ const maxDictSlack = 4096
 // dictionary with more than maxDictSlack entries beyond n: clear errors,
 // never a panic.
 func DictionaryStrings(name string, a *array.Dictionary, n int) ([]int32, *array.String, error) {
+	keys, dict, err := dictionaryKeys(name, a, n)
+	return keys.int32s(), dict, err
+}
+
+// dictKeys are a dictionary column's indices, checked in range: int8 and
+// int16 ones (tapflow's narrow wire form) as the batch holds them, not
+// widened into a copy per message; others as int32.
+type dictKeys struct {
+	k8  []int8
+	k16 []int16
+	k32 []int32
+}
+
+func (d *dictKeys) at(i int) int {
+	switch {
+	case d.k8 != nil:
+		return int(d.k8[i])
+	case d.k16 != nil:
+		return int(d.k16[i])
+	}
+	return int(d.k32[i])
+}
+
+func (d *dictKeys) len() int { return max(len(d.k8), len(d.k16), len(d.k32)) }
+
+// int32s is the indices as int32: k32 itself, or a widened copy.
+func (d *dictKeys) int32s() []int32 {
+	switch {
+	case d.k8 != nil:
+		return widen(d.k8)
+	case d.k16 != nil:
+		return widen(d.k16)
+	}
+	return d.k32
+}
+
+// dictionaryKeys is DictionaryStrings with the indices in their own width
+// where that is int8 or int16.
+func dictionaryKeys(name string, a *array.Dictionary, n int) (dictKeys, *array.String, error) {
 	dt, _ := a.DataType().(*arrow.DictionaryType)
 	dict, ok := a.Dictionary().(*array.String)
 	if !ok || dt == nil {
-		return nil, nil, fmt.Errorf("column %s: got %s, want dictionary<int32, utf8> (or plain utf8)", name, a.DataType())
+		return dictKeys{}, nil, fmt.Errorf("column %s: got %s, want dictionary<int32, utf8> (or plain utf8)", name, a.DataType())
 	}
 	m := dict.Len()
 	if m > n+maxDictSlack {
-		return nil, nil, fmt.Errorf("column %s: dictionary of %d entries for %d rows (at most %d beyond the rows)", name, m, n, maxDictSlack)
+		return dictKeys{}, nil, fmt.Errorf("column %s: dictionary of %d entries for %d rows (at most %d beyond the rows)", name, m, n, maxDictSlack)
 	}
 	if a.NullN() > 0 || dict.NullN() > 0 {
-		return nil, nil, fmt.Errorf("column %s: nulls in the dictionary or its indices; tapflow columns are not nullable", name)
+		return dictKeys{}, nil, fmt.Errorf("column %s: nulls in the dictionary or its indices; tapflow columns are not nullable", name)
 	}
 	if a.Len() < n {
-		return nil, nil, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
+		return dictKeys{}, nil, fmt.Errorf("column %s: %d values for %d rows", name, a.Len(), n)
 	}
-	var keys []int32
+	var keys dictKeys
+	var err error
 	switch ix := a.Indices().(type) {
 	case *array.Int32:
-		keys = ix.Int32Values()[:n]
+		keys.k32 = ix.Int32Values()[:n]
+		err = checkKeys(name, keys.k32, m)
 	case *array.Int16:
-		keys = widen(ix.Int16Values()[:n])
+		keys.k16 = ix.Int16Values()[:n]
+		err = checkKeys(name, keys.k16, m)
 	case *array.Int8:
-		keys = widen(ix.Int8Values()[:n])
+		keys.k8 = ix.Int8Values()[:n]
+		err = checkKeys(name, keys.k8, m)
 	case *array.Uint8:
-		keys = widen(ix.Uint8Values()[:n])
+		keys.k32 = widen(ix.Uint8Values()[:n])
+		err = checkKeys(name, keys.k32, m)
 	case *array.Uint16:
-		keys = widen(ix.Uint16Values()[:n])
+		keys.k32 = widen(ix.Uint16Values()[:n])
+		err = checkKeys(name, keys.k32, m)
 	case *array.Int64:
 		v := ix.Int64Values()[:n]
-		keys = make([]int32, n)
-		for i, k := range v {
-			if k < 0 || k >= int64(m) {
-				return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+		if err = checkKeys(name, v, m); err == nil {
+			keys.k32 = make([]int32, n)
+			for i, k := range v {
+				keys.k32[i] = int32(k)
 			}
-			keys[i] = int32(k)
 		}
 	default:
-		return nil, nil, fmt.Errorf("column %s: dictionary index type %s; use int8, int16, int32, int64, uint8 or uint16", name, dt.IndexType)
+		return dictKeys{}, nil, fmt.Errorf("column %s: dictionary index type %s; use int8, int16, int32, int64, uint8 or uint16", name, dt.IndexType)
 	}
-	for i, k := range keys {
-		if uint32(k) >= uint32(m) {
-			return nil, nil, fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
-		}
+	if err != nil {
+		return dictKeys{}, nil, err
+	}
+	if keys.k8 == nil && keys.k16 == nil && keys.k32 == nil {
+		keys.k32 = []int32{} // no rows: still a dictionary column
 	}
 	return keys, dict, nil
+}
+
+func checkKeys[K int8 | int16 | int32 | int64](name string, keys []K, m int) error {
+	for i, k := range keys {
+		if k < 0 || int64(k) >= int64(m) {
+			return fmt.Errorf("column %s: row %d: dictionary index %d out of range [0, %d)", name, i, k, m)
+		}
+	}
+	return nil
 }
 
 func widen[K int8 | int16 | uint8 | uint16](v []K) []int32 {

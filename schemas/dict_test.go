@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -32,23 +33,27 @@ func dictSample(n int) []schemas.Flow {
 	return recs
 }
 
-// TestWireForms: every codec, both wire forms (dictionary, the default,
-// and plain utf8 from agents before it), both decoders (records and the
-// collector's rows) give back the same values, and the dictionary form
-// is what the schema says: Dict columns dictionary<int32, utf8>, other
-// strings utf8.
+// TestWireForms: every codec, every wire form (dictionaries with narrow
+// indices, the default; int32 indices and plain utf8 from agents before
+// them), both decoders (records and the collector's rows) give back the
+// same values, and the dictionary forms are what the schema says: Dict
+// columns dictionary<int8|int16|int32, utf8>, other strings utf8.
 func TestWireForms(t *testing.T) {
 	recs := dictSample(3000)
 	cols := schemas.FlowTable.Columns()
 	for _, codec := range schemas.Codecs {
-		for _, plain := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/plain=%v", codec, plain), func(t *testing.T) {
+		for _, form := range []string{"narrow", "wide", "plain"} {
+			plain := form == "plain"
+			t.Run(fmt.Sprintf("%s/%s", codec, form), func(t *testing.T) {
 				enc, err := schemas.NewEncoder(codec)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if plain {
+				switch form {
+				case "plain":
 					enc = enc.PlainStrings()
+				case "wide":
+					enc = enc.WideIndices()
 				}
 				body, err := enc.Encode(nil, recs)
 				if err != nil {
@@ -89,12 +94,110 @@ func TestWireForms(t *testing.T) {
 				defer r.Release()
 				for _, c := range cols {
 					f, _ := r.Schema().FieldsByName(c.Name)
-					_, isDict := f[0].Type.(*arrow.DictionaryType)
+					dt, isDict := f[0].Type.(*arrow.DictionaryType)
 					if isDict != (c.Dict && !plain) {
 						t.Errorf("column %s: wire type %s", c.Name, f[0].Type)
 					}
+					if isDict && form == "wide" && dt.IndexType.ID() != arrow.INT32 {
+						t.Errorf("column %s: wide form's index type %s", c.Name, dt.IndexType)
+					}
 				}
 			})
+		}
+	}
+}
+
+// TestEncoderReuse: one encoder reuses its column buffers from message to
+// message; batches of other sizes, strings and forms, encoded in turn and
+// from several goroutines, each decode to exactly their records (no
+// value of an earlier message shows through).
+func TestEncoderReuse(t *testing.T) {
+	batches := [][]schemas.Flow{dictSample(1000), dictSample(10), dictSample(2000), nil, dictSample(1)}
+	long := dictSample(200)
+	for i := range long { // IPv6 texts outgrow the string buffers' first size
+		long[i].SrcIP, long[i].DstIP = fmt.Sprintf("2001:db8:aaaa:bbbb:cccc:dddd:eeee:%x", i), strings.Repeat("x", i)
+	}
+	batches = append(batches, long, dictSample(1000))
+	for _, codec := range schemas.Codecs {
+		enc, err := schemas.NewEncoder(codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []*schemas.Encoder{enc, enc.PlainStrings(), enc.WideIndices()} {
+			var wg sync.WaitGroup
+			for g := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var body []byte
+					var err error
+					for round := range 2 {
+						for k, recs := range batches {
+							if body, err = e.Encode(body[:0], recs); err != nil {
+								t.Error(err)
+								return
+							}
+							got, err := schemas.NewDecoder().Decode(nil, body)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if len(got) != len(recs) || (len(recs) > 0 && !reflect.DeepEqual(got, recs)) {
+								t.Errorf("%s goroutine %d round %d batch %d: records differ after the round trip", codec, g, round, k)
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		}
+	}
+}
+
+// TestNarrowIndices: the index type is the narrowest signed one that
+// holds the message's dictionary, at each bound, and the values round
+// trip through both decoders.
+func TestNarrowIndices(t *testing.T) {
+	for _, tc := range []struct {
+		distinct int
+		want     arrow.Type
+	}{{1, arrow.INT8}, {128, arrow.INT8}, {129, arrow.INT16}, {1 << 15, arrow.INT16}, {1<<15 + 1, arrow.INT32}} {
+		recs := make([]schemas.Flow, 1<<15+1)
+		for i := range recs {
+			recs[i] = schemas.Flow{Node: "cmp-1", PortID: fmt.Sprint(i % tc.distinct), RecordIndex: int32(i)}
+		}
+		enc, _ := schemas.NewEncoder(schemas.CodecNone)
+		body, err := enc.Encode(nil, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ipc.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := r.Schema().FieldsByName("port_id")
+		if got := f[0].Type.(*arrow.DictionaryType).IndexType.ID(); got != tc.want {
+			t.Errorf("%d distinct: index type %s, want %s", tc.distinct, got, tc.want)
+		}
+		f, _ = r.Schema().FieldsByName("node")
+		if got := f[0].Type.(*arrow.DictionaryType).IndexType.ID(); got != arrow.INT8 {
+			t.Errorf("node: index type %s, want int8", got)
+		}
+		r.Release()
+		got, err := schemas.NewDecoder().Decode(nil, body)
+		if err != nil || !reflect.DeepEqual(got, recs) {
+			t.Fatalf("%d distinct: records differ after the round trip (err %v)", tc.distinct, err)
+		}
+		rows, err := schemas.NewDecoderFor(schemas.FlowRows).Decode(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := schemas.FlowTable.ColumnIndex("port_id")
+		for i, row := range rows {
+			if row.String(k) != recs[i].PortID {
+				t.Fatalf("%d distinct: row %d port_id %q, want %q", tc.distinct, i, row.String(k), recs[i].PortID)
+			}
 		}
 	}
 }

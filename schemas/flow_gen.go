@@ -86,60 +86,60 @@ type Flow struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 33
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeFlowColumns(recs []Flow, plain bool) []arrow.Array {
+func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
-	c0 := make([]int64, n)
-	c1 := make([]int64, n)
+	c0 := a.int64s(n)
+	c1 := a.int64s(n)
 	var c2 dictColumn
-	c2.reset(n, plain)
+	c2.reset(n, form, a)
 	var c3 dictColumn
-	c3.reset(n, plain)
+	c3.reset(n, form, a)
 	var c4 dictColumn
-	c4.reset(n, plain)
+	c4.reset(n, form, a)
 	var c5 dictColumn
-	c5.reset(n, plain)
+	c5.reset(n, form, a)
 	var c6 dictColumn
-	c6.reset(n, plain)
-	c7 := make([]int32, n)
-	c8 := make([]int32, n)
-	c9 := make([]int32, n)
+	c6.reset(n, form, a)
+	c7 := a.int32s(n)
+	c8 := a.int32s(n)
+	c9 := a.int32s(n)
 	var c10 stringColumn
-	c10.reset(n, 16)
+	c10.resetIn(a, n, 16)
 	var c11 stringColumn
-	c11.reset(n, 16)
-	c12 := make([]int32, n)
-	c13 := make([]int32, n)
-	c14 := make([]int32, n)
-	c15 := make([]int64, n)
-	c16 := make([]int64, n)
+	c11.resetIn(a, n, 16)
+	c12 := a.int32s(n)
+	c13 := a.int32s(n)
+	c14 := a.int32s(n)
+	c15 := a.int64s(n)
+	c16 := a.int64s(n)
 	var c17 dictColumn
-	c17.reset(n, plain)
+	c17.reset(n, form, a)
 	var c18 dictColumn
-	c18.reset(n, plain)
+	c18.reset(n, form, a)
 	var c19 dictColumn
-	c19.reset(n, plain)
+	c19.reset(n, form, a)
 	var c20 dictColumn
-	c20.reset(n, plain)
+	c20.reset(n, form, a)
 	var c21 dictColumn
-	c21.reset(n, plain)
+	c21.reset(n, form, a)
 	var c22 dictColumn
-	c22.reset(n, plain)
+	c22.reset(n, form, a)
 	var c23 dictColumn
-	c23.reset(n, plain)
+	c23.reset(n, form, a)
 	var c24 dictColumn
-	c24.reset(n, plain)
-	c25 := make([]int32, n)
+	c24.reset(n, form, a)
+	c25 := a.int32s(n)
 	var c26 dictColumn
-	c26.reset(n, plain)
-	c27 := make([]int64, n)
-	c28 := make([]int32, n)
-	c29 := make([]int64, n)
+	c26.reset(n, form, a)
+	c27 := a.int64s(n)
+	c28 := a.int32s(n)
+	c29 := a.int64s(n)
 	var c30 dictColumn
-	c30.reset(n, plain)
+	c30.reset(n, form, a)
 	var c31 dictColumn
-	c31.reset(n, plain)
+	c31.reset(n, form, a)
 	var c32 dictColumn
-	c32.reset(n, plain)
+	c32.reset(n, form, a)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart

@@ -108,29 +108,24 @@ func heapAllocated() uint64 {
 	return heapSample[0].Value.Uint64()
 }
 
-// wireSeeds are valid messages of tab's schema in every codec and both
-// string forms, and the hostile messages (flow messages: on the meter
-// decoders they exercise the same structure checks).
+// wireSeeds are valid messages of tab's schema in every codec and every
+// string form (narrow and int32 dictionary indices, plain utf8), and the
+// hostile messages (flow messages: on the meter decoders they exercise
+// the same structure checks).
 func wireSeeds[T any](tb testing.TB, tab *Table[T]) [][]byte {
 	var out [][]byte
 	for _, codec := range Codecs {
-		for _, plain := range []bool{false, true} {
+		for _, form := range []wireForm{formDict, formWide, formPlain} {
 			for _, n := range []int{1, 20} {
 				var body []byte
 				var err error
 				switch any(tab).(type) {
 				case *Table[Meter]:
 					e, _ := NewEncoderFor(MeterTable, codec)
-					if plain {
-						e = e.PlainStrings()
-					}
-					body, err = e.Encode(nil, sampleMeters(n))
+					body, err = e.withForm(form).Encode(nil, sampleMeters(n))
 				default:
 					e, _ := NewEncoder(codec)
-					if plain {
-						e = e.PlainStrings()
-					}
-					body, err = e.Encode(nil, wireFlows(n))
+					body, err = e.withForm(form).Encode(nil, wireFlows(n))
 				}
 				if err != nil {
 					tb.Fatal(err)

@@ -186,6 +186,23 @@ func crasherDictIndex(t testing.TB) []byte {
 	b := encodeWith(t, CodecNone, false, wireFlows(20))
 	msgs := ipcMessagesOf(t, b)
 	at, _ := msgs[len(msgs)-1].bufferAt(t, b, columnBuffers(FlowTable, FlowTable.ColumnIndex("node"), false)+1)
+	b[at+5] = 100 // int8 indices: one node
+	return b
+}
+
+// crasherDictIndexWide is crasherDictIndex in the int32 indices of
+// agents before narrow indices.
+func crasherDictIndexWide(t testing.TB) []byte {
+	e, err := NewEncoder(CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.WideIndices().Encode(nil, wireFlows(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := ipcMessagesOf(t, b)
+	at, _ := msgs[len(msgs)-1].bufferAt(t, b, columnBuffers(FlowTable, FlowTable.ColumnIndex("node"), false)+1)
 	binary.LittleEndian.PutUint32(b[at+4*5:], 1000)
 	return b
 }
@@ -268,6 +285,7 @@ var hostileMessages = []hostile{
 	{"offsets not monotonic (dictionary)", func(t testing.TB) []byte { return crasherOffsets(t, true) }},
 	{"offsets not monotonic (zstd frame)", func(t testing.TB) []byte { return zstdEnc.EncodeAll(crasherOffsets(t, false), nil) }},
 	{"dictionary index out of range", crasherDictIndex},
+	{"dictionary index out of range (int32 indices)", crasherDictIndexWide},
 	{"2^31 schema fields", crasherFields},
 	{"64 MiB metadata length", crasherMetaLength},
 	{"256 MiB body length", crasherBodyLength},

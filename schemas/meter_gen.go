@@ -46,26 +46,26 @@ type Meter struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 14
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeMeterColumns(recs []Meter, plain bool) []arrow.Array {
+func encodeMeterColumns(recs []Meter, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
-	c0 := make([]int64, n)
-	c1 := make([]int64, n)
+	c0 := a.int64s(n)
+	c1 := a.int64s(n)
 	var c2 dictColumn
-	c2.reset(n, plain)
+	c2.reset(n, form, a)
 	var c3 dictColumn
-	c3.reset(n, plain)
+	c3.reset(n, form, a)
 	var c4 dictColumn
-	c4.reset(n, plain)
-	c5 := make([]int64, n)
-	c6 := make([]int64, n)
-	c7 := make([]int64, n)
-	c8 := make([]int64, n)
-	c9 := make([]int64, n)
-	c10 := make([]int64, n)
+	c4.reset(n, form, a)
+	c5 := a.int64s(n)
+	c6 := a.int64s(n)
+	c7 := a.int64s(n)
+	c8 := a.int64s(n)
+	c9 := a.int64s(n)
+	c10 := a.int64s(n)
 	var c11 dictColumn
-	c11.reset(n, plain)
-	c12 := make([]int64, n)
-	c13 := make([]int32, n)
+	c11.reset(n, form, a)
+	c12 := a.int64s(n)
+	c13 := a.int32s(n)
 	for i := range recs {
 		r := &recs[i]
 		c0[i] = r.TimeStart

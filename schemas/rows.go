@@ -38,9 +38,10 @@ type chunkColumn struct {
 	i32  []int32
 	offs []int32 // strings: value i is data[offs[i]-offs[0] : offs[i+1]-offs[0]]
 	data []byte
-	// keys: a dictionary-encoded string column's index per row; offs and
-	// data are then the dictionary's. nil: plain utf8.
-	keys []int32
+	// keys: a dictionary-encoded string column's index per row (dict);
+	// offs and data are then the dictionary's.
+	dict bool
+	keys dictKeys
 }
 
 // Row is one row of a Chunk, by reference (16 bytes). Rows sort, filter
@@ -60,7 +61,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row, plain bool) []arrow.Array { return encodeRows(t, rows, plain) }
+	t.encode = func(rows []Row, form wireForm, _ *colArena) []arrow.Array { return encodeRows(t, rows, form) }
 	return t
 }
 
@@ -92,11 +93,11 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 		case columns.String:
 			v, ok := a.(*array.String)
 			if d, isDict := a.(*array.Dictionary); isDict {
-				keys, dict, err := DictionaryStrings(col.Name, d, c.n)
+				keys, dict, err := dictionaryKeys(col.Name, d, c.n)
 				if err != nil {
 					return err
 				}
-				v, ok, cc.keys = dict, true, keys
+				v, ok, cc.dict, cc.keys = dict, true, true, keys
 			}
 			if !ok {
 				return fmt.Errorf("column %s: got %s, want utf8 or dictionary<int32, utf8>", col.Name, a.DataType())
@@ -111,7 +112,7 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 		default:
 			return fmt.Errorf("column %s: kind %d has no row form", col.Name, col.Kind)
 		}
-		if have := max(len(cc.i64), len(cc.i32), len(cc.offs)-1, len(cc.keys)); have < c.n {
+		if have := max(len(cc.i64), len(cc.i32), len(cc.offs)-1, cc.keys.len()); have < c.n {
 			return fmt.Errorf("column %s: %d values for %d rows", col.Name, have, c.n)
 		}
 		c.cols[k] = cc
@@ -169,8 +170,8 @@ func (c *Chunk) internAgents() error {
 }
 
 func (cc *chunkColumn) bytes(i int) []byte {
-	if cc.keys != nil {
-		i = int(cc.keys[i])
+	if cc.dict {
+		i = cc.keys.at(i)
 	}
 	return cc.entry(i)
 }
@@ -181,15 +182,21 @@ func (cc *chunkColumn) entry(k int) []byte {
 }
 
 // DictKeys returns the dictionary index of every row of a
-// dictionary-encoded string column (aliasing or widened from the
-// batch's indices, each checked in range), nil for a plain column or
-// another kind. The entries are DictEntry(col, k), k < DictLen(col).
-func (c *Chunk) DictKeys(col int) []int32 { return c.cols[col].keys }
+// dictionary-encoded string column (aliasing int32 indices, else
+// widened into a new slice; each checked in range), nil for a plain
+// column or another kind. The entries are DictEntry(col, k), k <
+// DictLen(col).
+func (c *Chunk) DictKeys(col int) []int32 {
+	if !c.cols[col].dict {
+		return nil
+	}
+	return c.cols[col].keys.int32s()
+}
 
 // DictLen is the number of dictionary entries of a dictionary-encoded
 // string column (0 for a plain one).
 func (c *Chunk) DictLen(col int) int {
-	if c.cols[col].keys == nil {
+	if !c.cols[col].dict {
 		return 0
 	}
 	return len(c.cols[col].offs) - 1
@@ -274,7 +281,7 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, form wireForm) []arrow.Array {
 	n := len(rows)
 	out := make([]arrow.Array, len(t.cols))
 	for k, col := range t.cols {
@@ -296,9 +303,9 @@ func encodeRows(t *Table[Row], rows []Row, plain bool) []arrow.Array {
 			}
 			out[k] = int32Array(v)
 		default:
-			if col.Dict && !plain {
+			if col.Dict && form != formPlain {
 				var d dictColumn
-				d.reset(n, false)
+				d.reset(n, form, nil)
 				for _, r := range rows {
 					d.add(r.String(k))
 				}

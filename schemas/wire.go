@@ -64,9 +64,10 @@ type EncoderOf[T any] struct {
 	opts  []ipc.Option
 	zstd  bool
 	codec string
-	// plainStrings: Dict columns as utf8 (PlainStrings).
-	plainStrings bool
-	plain        sync.Pool // *bytes.Buffer for the uncompressed stream
+	form  wireForm
+	plain sync.Pool // *bytes.Buffer for the uncompressed stream
+	// arenas: *colArena, the column buffers of one message each.
+	arenas sync.Pool
 }
 
 // NewEncoder returns a flow.v1 Encoder for codec (see ValidCodec).
@@ -100,7 +101,15 @@ func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
 func (e *EncoderOf[T]) PlainStrings() *EncoderOf[T] {
 	opts := slices.Clone(e.opts)
 	opts[0] = ipc.WithSchema(e.t.PlainArrowSchema())
-	return &EncoderOf[T]{t: e.t, opts: opts, zstd: e.zstd, codec: e.codec, plainStrings: true}
+	return &EncoderOf[T]{t: e.t, opts: opts, zstd: e.zstd, codec: e.codec, form: formPlain}
+}
+
+// WideIndices returns an encoder like e (a fresh one: call it before
+// use) whose dictionaries keep int32 indices whatever their size, the
+// wire form of agents before narrow indices: for tests of mixed fleets
+// and for measuring one form against the other. Decoders accept both.
+func (e *EncoderOf[T]) WideIndices() *EncoderOf[T] {
+	return &EncoderOf[T]{t: e.t, opts: slices.Clone(e.opts), zstd: e.zstd, codec: e.codec, form: formWide}
 }
 
 // Codec is the wire codec name (the Tapflow-Codec header value).
@@ -129,9 +138,20 @@ func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 
 func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	rec := e.t.toArrow(recs, e.plainStrings)
+	a, _ := e.arenas.Get().(*colArena)
+	if a == nil {
+		a = new(colArena)
+	}
+	a.reset()
+	defer e.arenas.Put(a) // after rec's release and the writer's close
+	rec := e.t.toArrow(recs, e.form, a)
 	defer rec.Release()
-	w := ipc.NewWriter(buf, e.opts...)
+	opts := e.opts
+	if e.form == formDict {
+		// The index types are the message's own (narrowSchema).
+		opts = append(slices.Clip(opts), ipc.WithSchema(rec.Schema()))
+	}
+	w := ipc.NewWriter(buf, opts...)
 	if err := w.Write(rec); err != nil {
 		return nil, fmt.Errorf("encode arrow ipc: %w", err)
 	}

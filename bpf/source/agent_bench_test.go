@@ -119,6 +119,37 @@ type agentPath struct {
 	allocs, recs, encoded int64
 }
 
+// newAgentPath is an agentPath with its own enrich engine over src's
+// inventory and an encoder of codec (int32 dictionary indices if wide).
+func newAgentPath(b *testing.B, src *synthetic.Source, name string, decode func(*capture.Record, *schemas.Flow), codec string, wide bool) *agentPath {
+	eng, err := enrich.New(enrich.DefaultConfig(), slog.New(slog.DiscardHandler), prometheus.NewRegistry(), enrich.WithProvider(src.Provider()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	enc, err := schemas.NewEncoder(codec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if wide {
+		enc = enc.WideIndices()
+	}
+	return &agentPath{name: name, decode: decode, eng: eng, enc: enc, arrays: newFlowArrays()}
+}
+
+// warmUp runs every path over the batches once (intern tables,
+// late-binding buffer, body) and zeroes its figures.
+func warmUp(b *testing.B, paths []*agentPath, batches [][]capture.Record) {
+	for _, p := range paths {
+		for _, bt := range batches {
+			p.batch(b, bt)
+		}
+		p.tAlloc, p.tDec, p.tAttr, p.tEnc, p.recs, p.encoded = 0, 0, 0, 0, 0, 0
+	}
+}
+
 func (p *agentPath) batch(b *testing.B, recs []capture.Record) {
 	t0 := cpuNow()
 	flows := p.arrays.get(len(recs)) // as Source.Flows
@@ -161,18 +192,7 @@ func (p *agentPath) batch(b *testing.B, recs []capture.Record) {
 func BenchmarkAgentUserspace(b *testing.B) {
 	batches, src := ringBatches(b, 8)
 	newPath := func(name string, decode func(*capture.Record, *schemas.Flow)) *agentPath {
-		eng, err := enrich.New(enrich.DefaultConfig(), slog.New(slog.DiscardHandler), prometheus.NewRegistry(), enrich.WithProvider(src.Provider()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := eng.Load(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		enc, err := schemas.NewEncoder(schemas.CodecLZ4)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &agentPath{name: name, decode: decode, eng: eng, enc: enc, arrays: newFlowArrays()}
+		return newAgentPath(b, src, name, decode, schemas.CodecLZ4, false)
 	}
 	paths := []*agentPath{newPath("binary", NewDecoder("cmp-17").Decode), newPath("text", newTextDecoder("cmp-17").Decode)}
 	if only := os.Getenv("TAPFLOW_BENCH_PATH"); only != "" { // one path alone, to profile it
@@ -181,12 +201,7 @@ func BenchmarkAgentUserspace(b *testing.B) {
 			b.Fatalf("TAPFLOW_BENCH_PATH=%s: want binary or text", only)
 		}
 	}
-	for _, p := range paths { // warm up: intern tables, late-binding buffer, body
-		for _, bt := range batches {
-			p.batch(b, bt)
-		}
-		p.tAlloc, p.tDec, p.tAttr, p.tEnc, p.recs, p.encoded = 0, 0, 0, 0, 0, 0
-	}
+	warmUp(b, paths, batches)
 	for b.Loop() {
 		for _, p := range paths {
 			for _, bt := range batches {
@@ -209,6 +224,48 @@ func BenchmarkAgentUserspace(b *testing.B) {
 	if len(paths) == 2 {
 		total := func(p *agentPath) float64 { return float64(p.tAlloc + p.tDec + p.tAttr + p.tEnc) }
 		b.ReportMetric(total(paths[1])/total(paths[0]), "text_vs_binary")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkAgentWireForms is BenchmarkAgentUserspace's binary path with
+// each wire form of the dictionaries (narrow indices, the default, and
+// the int32 indices of agents before them: WideIndices) at the default
+// codec (lz4) and at none, all four in each iteration (in rotating
+// order) over the same batches. <path>_encode_ns/record is the publisher's stamp and encode
+// (CPU), <path>_cpu_ns/record the whole path, <path>_B/record the body.
+func BenchmarkAgentWireForms(b *testing.B) {
+	batches, src := ringBatches(b, 8)
+	newPath := func(name, codec string, wide bool) *agentPath {
+		return newAgentPath(b, src, name, NewDecoder("cmp-17").Decode, codec, wide)
+	}
+	paths := []*agentPath{
+		newPath("lz4_narrow", schemas.CodecLZ4, false), newPath("lz4_wide", schemas.CodecLZ4, true),
+		newPath("none_narrow", schemas.CodecNone, false), newPath("none_wide", schemas.CodecNone, true),
+	}
+	bodyBytes := make([]int64, len(paths))
+	warmUp(b, paths, batches)
+	order := []int{0, 1, 2, 3}
+	for b.Loop() {
+		// A path's GC debt lands on the next: each path follows each
+		// other in turn.
+		order = append(order[1:], order[0])
+		for _, i := range order {
+			for _, bt := range batches {
+				paths[i].batch(b, bt)
+				bodyBytes[i] += int64(len(paths[i].body))
+			}
+		}
+	}
+	for i, p := range paths {
+		n := float64(p.recs)
+		ns := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / n }
+		b.ReportMetric(ns(p.tAlloc+p.tDec+p.tAttr+p.tEnc), p.name+"_cpu_ns/record")
+		b.ReportMetric(ns(p.tEnc), p.name+"_encode_ns/record")
+		b.ReportMetric(float64(bodyBytes[i])/n, p.name+"_B/record")
+	}
+	for i := 0; i < len(paths); i += 2 {
+		b.ReportMetric(float64(paths[i].tEnc)/float64(paths[i+1].tEnc), paths[i].name+"_vs_wide_encode")
 	}
 	b.ReportMetric(0, "ns/op")
 }

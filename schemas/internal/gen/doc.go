@@ -26,7 +26,7 @@ func RenderDoc(tables []columns.Table) ([]byte, error) {
 
 func arrowType(c columns.Column) string {
 	if c.Kind == columns.String && c.Dict {
-		return "dictionary<int32, utf8> (utf8 from agents before 16)"
+		return "dictionary<int8/16/32, utf8> (utf8 from agents before 16)"
 	}
 	switch c.Kind {
 	case columns.Timestamp:
@@ -83,7 +83,8 @@ Every column is **non-nullable**: a value that does not apply is the
 empty value in the table ('' for strings, 0 for numbers, or a named
 sentinel such as ` + "`unknown`" + ` or ` + "`none`" + `), never null. On the wire,
 low-cardinality strings (Parquet "dictionary" below) are Arrow dictionary
-arrays (dictionary<int32, utf8>, one dictionary per message) and the
+arrays (one dictionary per message, indices int8, int16 or int32: the
+narrowest that holds it) and the
 others plain utf8; agents released before wire dictionaries send every
 string as utf8, so during a rolling upgrade **both forms occur in one
 stream**: read string columns by value (pyarrow ` + "`to_pylist`" + `, arrow JS

@@ -105,19 +105,19 @@ type {{.Type}} struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
-func encode{{.Type}}Columns(recs []{{.Type}}, plain bool) []arrow.Array {
+func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
 {{- if and (isString $c.Kind) $c.Dict}}
 	var c{{$i}} dictColumn
-	c{{$i}}.reset(n, plain)
+	c{{$i}}.reset(n, form, a)
 {{- else if isString $c.Kind}}
 	var c{{$i}} stringColumn
-	c{{$i}}.reset(n, 16)
+	c{{$i}}.resetIn(a, n, 16)
 {{- else if isInt32 $c.Kind}}
-	c{{$i}} := make([]int32, n)
+	c{{$i}} := a.int32s(n)
 {{- else}}
-	c{{$i}} := make([]int64, n)
+	c{{$i}} := a.int64s(n)
 {{- end}}
 {{- end}}
 	for i := range recs {

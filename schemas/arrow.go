@@ -770,6 +770,26 @@ func (d *dictKeys) int32s() []int32 {
 	return d.k32
 }
 
+// int32sInto is int32s widening into *buf instead of a new slice.
+func (d *dictKeys) int32sInto(buf *[]int32) []int32 {
+	switch {
+	case d.k8 != nil:
+		return widenInto(buf, d.k8)
+	case d.k16 != nil:
+		return widenInto(buf, d.k16)
+	}
+	return d.k32
+}
+
+func widenInto[K int8 | int16](buf *[]int32, v []K) []int32 {
+	out := slices.Grow((*buf)[:0], len(v))[:len(v)]
+	for i, k := range v {
+		out[i] = int32(k)
+	}
+	*buf = out
+	return out
+}
+
 // dictionaryKeys is DictionaryStrings with the indices in their own width
 // where that is int8 or int16.
 func dictionaryKeys(name string, a *array.Dictionary, n int) (dictKeys, *array.String, error) {

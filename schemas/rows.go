@@ -193,6 +193,21 @@ func (c *Chunk) DictKeys(col int) []int32 {
 	return c.cols[col].keys.int32s()
 }
 
+// IsDict reports whether col is a dictionary-encoded string column
+// (DictKeys would not be nil), without widening any indices.
+func (c *Chunk) IsDict(col int) bool { return c.cols[col].dict }
+
+// DictKeysInto is DictKeys with narrow indices widened into *buf (grown
+// as needed and kept there) rather than a new slice, for callers that
+// read every message's keys; int32 indices are aliased, *buf untouched.
+func (c *Chunk) DictKeysInto(col int, buf *[]int32) []int32 {
+	cc := &c.cols[col]
+	if !cc.dict {
+		return nil
+	}
+	return cc.keys.int32sInto(buf)
+}
+
 // DictLen is the number of dictionary entries of a dictionary-encoded
 // string column (0 for a plain one).
 func (c *Chunk) DictLen(col int) int {

@@ -81,10 +81,11 @@ type remap struct {
 	chunk *schemas.Chunk
 	keys  []int32
 	ids   []int32
+	wide  []int32 // narrow wire indices widened, reused across messages
 }
 
 func (m *remap) reset(c *schemas.Chunk, col int) {
-	m.chunk, m.keys = c, c.DictKeys(col)
+	m.chunk, m.keys = c, c.DictKeysInto(col, &m.wide)
 	n := c.DictLen(col)
 	if cap(m.ids) < n {
 		m.ids = make([]int32, n)
@@ -196,14 +197,14 @@ func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schema
 		return false
 	}
 	if run != nil {
-		if run.DictKeys(k) == nil {
+		if !run.IsDict(k) {
 			return false
 		}
 	} else {
 		var last *schemas.Chunk
 		for _, r := range part {
 			if ch := r.Chunk(); ch != last {
-				if ch.DictKeys(k) == nil {
+				if !ch.IsDict(k) {
 					return false
 				}
 				last = ch

@@ -189,3 +189,91 @@ func columnBuffers(d arrow.ArrayData) [][]byte {
 	}
 	return out
 }
+
+// BenchmarkWireColumnForm asks, per string column of the realistic batch,
+// whether plain utf8 would beat its wire form: <column>_distinct/rows,
+// <column>_dict_lz4_B/record and <column>_plain_lz4_B/record (buffers
+// compressed as in BenchmarkWireBody), for the dictionary columns and
+// for src_ip and dst_ip (plain on the wire) built as dictionaries. The
+// cpu sub-benchmark: building the table all dictionary (dict) or all
+// plain (plain), then its lz4 write, alternating order, CPU ns/record.
+func BenchmarkWireColumnForm(b *testing.B) {
+	recs := realistic(b)
+	n := float64(len(recs))
+	b.Run("bytes", func(b *testing.B) {
+		cols := schemas.FlowTable.Columns()
+		lw := lz4.NewWriter(nil)
+		var out bytes.Buffer
+		lz4Len := func(c arrow.Array) int {
+			z := 0
+			for _, p := range columnBuffers(c.Data()) {
+				out.Reset()
+				lw.Reset(&out)
+				_ = lw.Apply(lz4.ChecksumOption(false), lz4.BlockSizeOption(lz4.Block64Kb))
+				_, _ = lw.Write(p)
+				_ = lw.Close()
+				z += 8 + out.Len()
+			}
+			return z
+		}
+		for b.Loop() {
+			dict, plain := schemas.ToArrow(recs), schemas.ToArrowPlain(recs)
+			ips := schemas.IPDict(recs)
+			for k, c := range dict.Columns() {
+				name := cols[k].Name
+				d := c
+				switch name {
+				case "src_ip":
+					d = ips[0]
+				case "dst_ip":
+					d = ips[1]
+				}
+				if d.DataType().ID() != arrow.DICTIONARY {
+					continue
+				}
+				b.ReportMetric(float64(d.Data().Dictionary().Len())/n, name+"_distinct/rows")
+				b.ReportMetric(float64(lz4Len(d))/n, name+"_dict_lz4_B/record")
+				b.ReportMetric(float64(lz4Len(plain.Column(k)))/n, name+"_plain_lz4_B/record")
+			}
+			dict.Release()
+			plain.Release()
+			ips[0].Release()
+			ips[1].Release()
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Run("cpu", func(b *testing.B) {
+		forms := []func([]schemas.Flow) arrow.RecordBatch{schemas.ToArrow, schemas.ToArrowPlain}
+		var build, write [2]time.Duration
+		var size [2]int
+		var buf bytes.Buffer
+		order := []int{0, 1}
+		for b.Loop() {
+			order[0], order[1] = order[1], order[0]
+			for _, i := range order {
+				t0 := cpuNow()
+				rec := forms[i](recs)
+				t1 := cpuNow()
+				buf.Reset()
+				w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+				if err := w.Write(rec); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				build[i], write[i] = build[i]+t1-t0, write[i]+cpuNow()-t1
+				size[i] = buf.Len()
+				rec.Release()
+			}
+		}
+		per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) / n }
+		for i, f := range []string{"dict", "plain"} {
+			b.ReportMetric(per(build[i]), f+"_build_cpu_ns/record")
+			b.ReportMetric(per(write[i]), f+"_lz4_write_cpu_ns/record")
+			b.ReportMetric(float64(size[i])/n, f+"_lz4_B/record")
+		}
+		b.ReportMetric(float64(build[1]+write[1])/float64(build[0]+write[0]), "plain_vs_dict_cpu")
+		b.ReportMetric(0, "ns/op")
+	})
+}

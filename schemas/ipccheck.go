@@ -19,12 +19,14 @@ import (
 // allocator (metadata copies and per-column objects), which Decode
 // charges to the message's budget. Errors wrap ErrCorrupt, or ErrTooLarge
 // for a batch beyond maxBytes or maxRecords.
-func checkIPC(b []byte, maxBytes, maxRecords int64) (cost int64, err error) {
+// raw reports whether a batch holds a non-empty buffer stored
+// uncompressed: arrow-go's arrays then alias the body.
+func checkIPC(b []byte, maxBytes, maxRecords int64) (cost int64, raw bool, err error) {
 	c := ipcChecker{b: b, maxBytes: maxBytes, maxRecords: maxRecords}
 	if err := c.stream(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return c.cost + c.pooled, nil
+	return c.cost + c.pooled, c.raw, nil
 }
 
 // Limits of the stream shapes a wire decoder accepts (flow.v1 has 33
@@ -76,6 +78,7 @@ type ipcChecker struct {
 	expanded             int64 // Σ buffer bytes after decompression, and zstd decoders
 	pooled               int64 // the largest LZ4 block size
 	rows                 int64 // Σ record batch rows
+	raw                  bool  // a non-empty buffer stored uncompressed
 }
 
 func corrupt(format string, a ...any) error {
@@ -350,6 +353,7 @@ func (c *ipcChecker) recordBatch(m []byte, rb, n int, body []byte, cols []ipcFie
 			return 0, corrupt("message %d: buffer %d [%d, +%d) outside the %d-byte body", n, i, off, l, bodyLen)
 		}
 		if !compressed || l == 0 {
+			c.raw = c.raw || l > 0
 			return l, nil
 		}
 		if l < 8 {
@@ -358,6 +362,7 @@ func (c *ipcChecker) recordBatch(m []byte, rb, n int, body []byte, cols []ipcFie
 		u := int64(binary.LittleEndian.Uint64(body[off:]))
 		switch {
 		case u == -1: // stored uncompressed
+			c.raw = true
 			return l - 8, nil
 		case u < 0:
 			return 0, corrupt("message %d: buffer %d declares %d bytes uncompressed", n, i, u)

@@ -260,7 +260,8 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 			out, err = dst[:start], fmt.Errorf("%w: arrow buffers need %d bytes or more, limit %d", ErrTooLarge, bud.want, bud.limit)
 		}
 	}()
-	if bytes.HasPrefix(body, zstdMagic) {
+	owned := bytes.HasPrefix(body, zstdMagic)
+	if owned {
 		zd := zstdDec
 		if d.zstd != nil {
 			zd = d.zstd
@@ -274,7 +275,7 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 	}
 	// Structure first: arrow-go allocates what a message declares before
 	// reading it, outside any allocator (checkIPC).
-	cost, err := checkIPC(body, d.maxBytes, int64(d.maxRecords))
+	cost, raw, err := checkIPC(body, d.maxBytes, int64(d.maxRecords))
 	if err != nil {
 		return dst, err
 	}
@@ -288,7 +289,12 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 		bud.used = cost
 		opts = append(opts, ipc.WithAllocator(bud))
 	}
-	r, err := ipc.NewReader(bytes.NewReader(body), opts...)
+	var r *ipc.Reader
+	if owned || !raw {
+		r, err = ipc.NewReaderFromMessageReader(newSliceMessages(body), opts...)
+	} else {
+		r, err = ipc.NewReader(bytes.NewReader(body), opts...)
+	}
 	if err != nil {
 		return dst, fmt.Errorf("%w: open arrow ipc stream: %v", ErrCorrupt, err)
 	}

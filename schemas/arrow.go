@@ -472,16 +472,16 @@ func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 
 // addMAC adds a binary MAC (FlowBin form): its text is formatted once per
 // distinct MAC in the message, not per row.
-func (c *dictColumn) addMAC(v uint64) {
+func (c *dictColumn) addMAC(v uint64) int32 {
 	if c.plain {
 		c.s.addMAC(v)
-		return
+		return 0
 	}
 	if c.macs == nil {
 		c.macs = make(map[uint64]int32, 16)
 	} else if c.lastIsMAC && v == c.lastMAC {
 		c.keys = append(c.keys, c.lastKey)
-		return
+		return c.lastKey
 	}
 	var sl *macSlot
 	if len(c.macs) > dictScan {
@@ -495,7 +495,7 @@ func (c *dictColumn) addMAC(v uint64) {
 		if sl = &d.mac[dictSlot(v, len(d.mac))]; sl.gen == d.gen && sl.v == v {
 			c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, int32(sl.k), v, true
 			c.keys = append(c.keys, int32(sl.k))
-			return
+			return int32(sl.k)
 		}
 	}
 	k, ok := c.macs[v]
@@ -516,17 +516,19 @@ func (c *dictColumn) addMAC(v uint64) {
 	}
 	c.lastPtr, c.lastLen, c.lastKey, c.lastMAC, c.lastIsMAC = nil, -1, k, v, true
 	c.keys = append(c.keys, k)
+	return k
 }
 
-func (c *dictColumn) add(v string) {
+// add appends v's key and returns it (0 in the plain form).
+func (c *dictColumn) add(v string) int32 {
 	if c.plain {
 		c.s.add(v)
-		return
+		return 0
 	}
 	p := unsafe.StringData(v)
 	if p == c.lastPtr && len(v) == c.lastLen {
 		c.keys = append(c.keys, c.lastKey)
-		return
+		return c.lastKey
 	}
 	var k int32
 	if c.index == nil || p == nil { // small dictionary: the scan is as cheap
@@ -550,6 +552,7 @@ func (c *dictColumn) add(v string) {
 	}
 	c.lastPtr, c.lastLen, c.lastKey, c.lastIsMAC = unsafe.StringData(v), len(v), k, false
 	c.keys = append(c.keys, k)
+	return k
 }
 
 func (c *dictColumn) lookup(v string) int32 {

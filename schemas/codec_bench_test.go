@@ -24,7 +24,7 @@ var (
 // realistic is one default-size batch (16384) of attributed synthetic
 // records: the mix of tenants, zones, addresses and counters the agent
 // publishes, stamped like the publisher stamps them.
-func realistic(b *testing.B) []schemas.Flow {
+func realistic(b testing.TB) []schemas.Flow {
 	realOnce.Do(func() {
 		cfg := synthetic.DefaultConfig()
 		cfg.RecordsPerSecond, cfg.Attributed = 0, true

@@ -34,3 +34,7 @@ func IPDict(recs []Flow) [2]arrow.Array {
 	}
 	return [2]arrow.Array{s.array(), d.array()}
 }
+
+// SetDictGroups turns the encoder's dictionary groups on or off
+// (dictgroup.go), for tests and benchmarks; not safe while encoding.
+func SetDictGroups(on bool) { dictGroupsOff = !on }

@@ -140,12 +140,15 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 	c31.reset(n, form, a)
 	var c32 dictColumn
 	c32.reset(n, form, a)
+	var g0 dictGroup
+	g0.reset(7, form)
+	var g1 dictGroup
+	g1.reset(7, form)
 	for i := range recs {
 		r := &recs[i]
+		b := &r.Bin
 		c0[i] = r.TimeStart
 		c1[i] = r.TimeEnd
-		c2.add(r.Node)
-		c3.add(r.Ifname)
 		c4.add(r.Direction)
 		c7[i] = r.VLANID
 		c8[i] = r.IPVersion
@@ -156,33 +159,108 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 		c15[i] = r.Packets
 		c16[i] = r.Bytes
 		c17.add(r.EndReason)
-		c18.add(r.TenantID)
-		c19.add(r.ServerID)
-		c20.add(r.PortID)
-		c21.add(r.Zone)
-		c22.add(r.PeerTenantID)
-		c23.add(r.ExternalNetwork)
-		c24.add(r.LBID)
 		c25[i] = r.LBSegment
-		c26.add(r.AgentID)
 		c27[i] = r.BatchSeq
 		c28[i] = r.RecordIndex
 		c29[i] = r.MetadataVersion
-		c30.add(r.PoolID)
-		c31.add(r.MemberID)
-		c32.add(r.LBTap)
-		if b := &r.Bin; b.Valid {
-			c5.addMAC(b.VMMAC)
+		if g0.on {
+			var t [groupMax]groupKey
+			t[0] = strKey(r.Node)
+			t[1] = strKey(r.Ifname)
+			if b.Valid {
+				t[2] = macKey(b.VMMAC)
+			} else {
+				t[2] = strKey(r.VMMAC)
+			}
+			t[3] = strKey(r.TenantID)
+			t[4] = strKey(r.ServerID)
+			t[5] = strKey(r.PortID)
+			t[6] = strKey(r.AgentID)
+			if k := g0.find(&t); k != nil {
+				c2.keys = append(c2.keys, k[0])
+				c3.keys = append(c3.keys, k[1])
+				c5.keys = append(c5.keys, k[2])
+				c18.keys = append(c18.keys, k[3])
+				c19.keys = append(c19.keys, k[4])
+				c20.keys = append(c20.keys, k[5])
+				c26.keys = append(c26.keys, k[6])
+			} else {
+				var k [groupMax]int32
+				k[0] = c2.add(r.Node)
+				k[1] = c3.add(r.Ifname)
+				if b.Valid {
+					k[2] = c5.addMAC(b.VMMAC)
+				} else {
+					k[2] = c5.add(r.VMMAC)
+				}
+				k[3] = c18.add(r.TenantID)
+				k[4] = c19.add(r.ServerID)
+				k[5] = c20.add(r.PortID)
+				k[6] = c26.add(r.AgentID)
+				g0.put(&t, &k)
+			}
+		} else {
+			c2.add(r.Node)
+			c3.add(r.Ifname)
+			if b.Valid {
+				c5.addMAC(b.VMMAC)
+			} else {
+				c5.add(r.VMMAC)
+			}
+			c18.add(r.TenantID)
+			c19.add(r.ServerID)
+			c20.add(r.PortID)
+			c26.add(r.AgentID)
+		}
+		if g1.on {
+			var t [groupMax]groupKey
+			t[0] = strKey(r.Zone)
+			t[1] = strKey(r.PeerTenantID)
+			t[2] = strKey(r.ExternalNetwork)
+			t[3] = strKey(r.LBID)
+			t[4] = strKey(r.PoolID)
+			t[5] = strKey(r.MemberID)
+			t[6] = strKey(r.LBTap)
+			if k := g1.find(&t); k != nil {
+				c21.keys = append(c21.keys, k[0])
+				c22.keys = append(c22.keys, k[1])
+				c23.keys = append(c23.keys, k[2])
+				c24.keys = append(c24.keys, k[3])
+				c30.keys = append(c30.keys, k[4])
+				c31.keys = append(c31.keys, k[5])
+				c32.keys = append(c32.keys, k[6])
+			} else {
+				var k [groupMax]int32
+				k[0] = c21.add(r.Zone)
+				k[1] = c22.add(r.PeerTenantID)
+				k[2] = c23.add(r.ExternalNetwork)
+				k[3] = c24.add(r.LBID)
+				k[4] = c30.add(r.PoolID)
+				k[5] = c31.add(r.MemberID)
+				k[6] = c32.add(r.LBTap)
+				g1.put(&t, &k)
+			}
+		} else {
+			c21.add(r.Zone)
+			c22.add(r.PeerTenantID)
+			c23.add(r.ExternalNetwork)
+			c24.add(r.LBID)
+			c30.add(r.PoolID)
+			c31.add(r.MemberID)
+			c32.add(r.LBTap)
+		}
+		if b.Valid {
 			c6.addMAC(b.PeerMAC)
 			c10.addIP(b.SrcIP)
 			c11.addIP(b.DstIP)
 		} else {
-			c5.add(r.VMMAC)
 			c6.add(r.PeerMAC)
 			c10.add(r.SrcIP)
 			c11.add(r.DstIP)
 		}
 	}
+	g0.release()
+	g1.release()
 	return []arrow.Array{
 		timestampArray(c0),
 		timestampArray(c1),

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"slices"
 	"text/template"
 
 	"github.com/tapflow/tapflow/schemas/columns"
@@ -17,12 +18,18 @@ import (
 // (t.File in package schemas).
 func Render(t columns.Table) ([]byte, error) {
 	var buf bytes.Buffer
-	err := tmpl.Execute(&buf, struct {
+	groups, err := groupsOf(t, binForms[t.Type])
+	if err != nil {
+		return nil, err
+	}
+	err = tmpl.Execute(&buf, struct {
 		Type    string
 		Schema  string
 		Columns []columns.Column
 		Bin     binForm
-	}{t.Type, t.Name, t.Columns, binForms[t.Type]})
+		Groups  []group
+		Grouped map[int]bool
+	}{t.Type, t.Name, t.Columns, binForms[t.Type], groups, grouped(groups)})
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", t.Type, err)
 	}
@@ -40,12 +47,71 @@ func Render(t columns.Table) ([]byte, error) {
 type binForm struct {
 	Field, Type string
 	Add         map[string]string // column name → call on the column, r.<Field> in scope as b
+	// Key: column name → its dictGroup key in the binary form (columns
+	// of a group that have an Add).
+	Key map[string]string
 }
 
 var binForms = map[string]binForm{
 	"Flow": {Field: "Bin", Type: "FlowBin", Add: map[string]string{
 		"vm_mac": "addMAC(b.VMMAC)", "peer_mac": "addMAC(b.PeerMAC)", "src_ip": "addIP(b.SrcIP)", "dst_ip": "addIP(b.DstIP)",
-	}},
+	}, Key: map[string]string{"vm_mac": "macKey(b.VMMAC)", "peer_mac": "macKey(b.PeerMAC)"}},
+}
+
+// dictGroups are, per record type, dictionary columns whose values
+// travel together (schemas/dictgroup.go): the encoder finds all keys of a
+// group with one lookup. A VM's own columns, then the far end's and the
+// attribution outcome's.
+var dictGroups = map[string][][]string{
+	"Flow": {
+		{"node", "ifname", "vm_mac", "tenant_id", "server_id", "port_id", "agent_id"},
+		{"zone", "peer_tenant_id", "external_network", "lb_id", "pool_id", "member_id", "lb_tap"},
+	},
+}
+
+// groupMax is schemas.groupMax.
+const groupMax = 7
+
+type group struct {
+	Members []member
+}
+
+type member struct {
+	I              int // column index
+	GoName         string
+	BinAdd, BinKey string // binary form, when the column has one
+}
+
+func groupsOf(t columns.Table, bin binForm) ([]group, error) {
+	var out []group
+	for _, names := range dictGroups[t.Type] {
+		if len(names) > groupMax {
+			return nil, fmt.Errorf("render %s: group %v is wider than %d", t.Type, names, groupMax)
+		}
+		var g group
+		for _, name := range names {
+			i := slices.IndexFunc(t.Columns, func(c columns.Column) bool { return c.Name == name })
+			if i < 0 || !t.Columns[i].Dict || t.Columns[i].Kind != columns.String {
+				return nil, fmt.Errorf("render %s: group column %s is not a dictionary column", t.Type, name)
+			}
+			if (bin.Add[name] == "") != (bin.Key[name] == "") {
+				return nil, fmt.Errorf("render %s: group column %s has a binary add without a key or the reverse", t.Type, name)
+			}
+			g.Members = append(g.Members, member{I: i, GoName: t.Columns[i].GoName, BinAdd: bin.Add[name], BinKey: bin.Key[name]})
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func grouped(gs []group) map[int]bool {
+	m := map[int]bool{}
+	for _, g := range gs {
+		for _, c := range g.Members {
+			m[c.I] = true
+		}
+	}
+	return m
 }
 
 var tmpl = template.Must(template.New("gen").Funcs(template.FuncMap{
@@ -120,32 +186,93 @@ func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm, a *colArena) []arro
 	c{{$i}} := a.int64s(n)
 {{- end}}
 {{- end}}
+{{- range $g, $_ := .Groups}}
+	var g{{$g}} dictGroup
+	g{{$g}}.reset({{len .Members}}, form)
+{{- end}}
 	for i := range recs {
 		r := &recs[i]
+{{- if .Bin.Field}}
+		b := &r.{{.Bin.Field}}
+{{- end}}
 {{- range $i, $c := .Columns}}
-{{- if binAdd $.Bin $c.Name}}
+{{- if index $.Grouped $i}}
+{{- else if binAdd $.Bin $c.Name}}
 {{- else if isString $c.Kind}}
 		c{{$i}}.add(r.{{$c.GoName}})
 {{- else}}
 		c{{$i}}[i] = r.{{$c.GoName}}
 {{- end}}
 {{- end}}
+{{- range $g, $grp := .Groups}}
+		if g{{$g}}.on {
+			var t [groupMax]groupKey
+{{- range $j, $m := $grp.Members}}
+{{- if $m.BinKey}}
+			if b.Valid {
+				t[{{$j}}] = {{$m.BinKey}}
+			} else {
+				t[{{$j}}] = strKey(r.{{$m.GoName}})
+			}
+{{- else}}
+			t[{{$j}}] = strKey(r.{{$m.GoName}})
+{{- end}}
+{{- end}}
+			if k := g{{$g}}.find(&t); k != nil {
+{{- range $j, $m := $grp.Members}}
+				c{{$m.I}}.keys = append(c{{$m.I}}.keys, k[{{$j}}])
+{{- end}}
+			} else {
+				var k [groupMax]int32
+{{- range $j, $m := $grp.Members}}
+{{- if $m.BinAdd}}
+				if b.Valid {
+					k[{{$j}}] = c{{$m.I}}.{{$m.BinAdd}}
+				} else {
+					k[{{$j}}] = c{{$m.I}}.add(r.{{$m.GoName}})
+				}
+{{- else}}
+				k[{{$j}}] = c{{$m.I}}.add(r.{{$m.GoName}})
+{{- end}}
+{{- end}}
+				g{{$g}}.put(&t, &k)
+			}
+		} else {
+{{- range $j, $m := $grp.Members}}
+{{- if $m.BinAdd}}
+			if b.Valid {
+				c{{$m.I}}.{{$m.BinAdd}}
+			} else {
+				c{{$m.I}}.add(r.{{$m.GoName}})
+			}
+{{- else}}
+			c{{$m.I}}.add(r.{{$m.GoName}})
+{{- end}}
+{{- end}}
+		}
+{{- end}}
 {{- if .Bin.Field}}
-		if b := &r.{{.Bin.Field}}; b.Valid {
+		if b.Valid {
 {{- range $i, $c := .Columns}}
+{{- if not (index $.Grouped $i)}}
 {{- with binAdd $.Bin $c.Name}}
 			c{{$i}}.{{.}}
 {{- end}}
 {{- end}}
+{{- end}}
 		} else {
 {{- range $i, $c := .Columns}}
-{{- if binAdd $.Bin $c.Name}}
+{{- if index $.Grouped $i}}
+{{- else if binAdd $.Bin $c.Name}}
 			c{{$i}}.add(r.{{$c.GoName}})
 {{- end}}
 {{- end}}
 		}
 {{- end}}
 	}
+{{- range $g, $_ := .Groups}}
+	g{{$g}}.release()
+{{- end}}
 	return []arrow.Array{
 {{- range $i, $c := .Columns}}
 {{- if isString $c.Kind}}

@@ -25,7 +25,7 @@ type dictGroup struct {
 	gen   uint32
 	slots []groupSlot
 	table *groupTable // pooled; holds slots between messages
-	used  int // slots written in this message: the table grows with it
+	used  int         // slots written in this message: the table grows with it
 	// Evictions per window: a tuple's first miss is paid once, but when
 	// tuples keep displacing each other in a full table (nearly every
 	// record a new tuple) the group only adds work, and it turns itself

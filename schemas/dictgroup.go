@@ -22,15 +22,18 @@ import (
 type dictGroup struct {
 	on    bool
 	width int
-	gen   uint32
-	slots []groupSlot
-	table *groupTable // pooled; holds slots between messages
-	used  int         // slots written in this message: the table grows with it
-	// Evictions per window: a tuple's first miss is paid once, but when
-	// tuples keep displacing each other in a full table (nearly every
-	// record a new tuple) the group only adds work, and it turns itself
-	// off for the rest of the message.
-	seen, evicted int
+	// index is open-addressed (linear probing, at most half full): each
+	// entry is a tag of the hash (high 16 bits) and 1 + the tuple's
+	// position in tuples (low 16 bits); 0 is empty. No tuple is ever
+	// evicted within a message.
+	index  []uint32
+	tuples []groupTuple
+	pooled *groupTable
+	// A miss costs a probe and a put on top of the per-column adds, a hit
+	// saves most of them: when over three quarters of a window's records
+	// are new tuples (nearly every record its own), the group turns
+	// itself off for the rest of the message.
+	seen, missed int
 }
 
 // groupMax is the widest group (gen.go declares them).
@@ -40,7 +43,7 @@ const groupMax = 7
 // the low 48 bits (user addresses fit) and its length above, or a MAC in
 // the low 48 bits with groupMAC above, which no string length reaches.
 // groupNone marks a value that does not fit (a string of 64 KiB or more):
-// the record takes the per-column path.
+// such a record always takes the per-column path.
 type groupKey = uint64
 
 const (
@@ -48,29 +51,27 @@ const (
 	groupNone = ^uint64(0)
 )
 
-type groupSlot struct {
-	gen  uint32
-	keys [groupMax]int32
+type groupTuple struct {
 	vals [groupMax]groupKey
+	keys [groupMax]int32
 }
 
 const (
-	groupMinSlots = 256
-	groupMaxSlots = 1 << 13
-	groupWindow   = 512
+	groupMinIndex = 1 << 10
+	groupMaxTuple = 1 << 14 // bounds the memory; positions fit the index's low 16 bits
+	groupWindow   = 1 << 10
 )
 
 // dictGroupsOff makes every column add its own values (tests and
 // benchmarks compare the two).
 var dictGroupsOff bool
 
-// groupTables keeps slot tables between messages; entries of another
-// message have another gen.
+// groupTables keeps index and tuple buffers between messages.
 var groupTables = sync.Pool{New: func() any { return new(groupTable) }}
 
 type groupTable struct {
-	gen   uint32
-	slots []groupSlot
+	index  []uint32
+	tuples []groupTuple
 }
 
 func strKey(s string) groupKey {
@@ -91,77 +92,104 @@ func (g *dictGroup) reset(width int, form wireForm) {
 		return
 	}
 	t := groupTables.Get().(*groupTable)
-	if t.gen++; t.gen == 0 { // wrapped: old entries could look current
-		clear(t.slots)
-		t.gen = 1
+	if t.index == nil {
+		t.index = make([]uint32, groupMinIndex)
+	} else {
+		clear(t.index)
 	}
-	if t.slots == nil {
-		t.slots = make([]groupSlot, groupMinSlots)
-	}
-	g.gen, g.slots, g.table = t.gen, t.slots, t
+	g.index, g.tuples, g.pooled = t.index, t.tuples[:0], t
 }
 
-// release returns the table to the pool.
+// release returns the buffers to the pool.
 func (g *dictGroup) release() {
-	if g.table != nil {
-		g.table.slots = g.slots
-		groupTables.Put(g.table)
-		g.table, g.slots = nil, nil
+	if t := g.pooled; t != nil {
+		t.index, t.tuples = g.index, g.tuples[:0]
+		groupTables.Put(t)
+		g.pooled, g.index, g.tuples = nil, nil, nil
 	}
 	g.on = false
 }
 
-func (g *dictGroup) slot(v *[groupMax]groupKey) *groupSlot {
+func (g *dictGroup) hash(v *[groupMax]groupKey) uint64 {
 	h := uint64(0)
 	for i := 0; i < g.width; i++ {
 		h = bits.RotateLeft64(h, 21) ^ v[i]
 	}
-	h *= 0x9E3779B97F4A7C15
-	return &g.slots[h>>40&uint64(len(g.slots)-1)]
+	return h * 0x9E3779B97F4A7C15
 }
 
 // find returns the keys of tuple v, or nil when the caller must add the
 // values to their columns and then call put.
 func (g *dictGroup) find(v *[groupMax]groupKey) *[groupMax]int32 {
-	s := g.slot(v)
+	h := g.hash(v)
+	tag := uint32(h>>48) << 16
+	mask := uint64(len(g.index) - 1)
 	g.seen++
-	hit := s.gen == g.gen
-	for i := 0; hit && i < g.width; i++ {
-		hit = s.vals[i] == v[i]
+	for i := h >> 20 & mask; ; i = (i + 1) & mask {
+		e := g.index[i]
+		if e == 0 {
+			break
+		}
+		if e&0xFFFF0000 != tag {
+			continue
+		}
+		t := &g.tuples[e&0xFFFF-1]
+		same := true
+		for j := 0; j < g.width; j++ {
+			if t.vals[j] != v[j] {
+				same = false
+				break
+			}
+		}
+		if same {
+			if g.seen >= groupWindow {
+				g.window()
+			}
+			return &t.keys
+		}
 	}
-	if !hit && s.gen == g.gen {
-		g.evicted++
-	}
+	g.missed++
 	if g.seen >= groupWindow {
 		g.window()
-	}
-	if hit {
-		return &s.keys
 	}
 	return nil
 }
 
-// window closes a window of records: off when most missed.
+// window closes a window of records.
 func (g *dictGroup) window() {
-	if 4*g.evicted > g.seen {
+	if 4*g.missed > 3*g.seen {
 		g.on = false
 	}
-	g.seen, g.evicted = 0, 0
+	g.seen, g.missed = 0, 0
 }
 
 // put remembers the keys of tuple v (after a find that returned nil).
 func (g *dictGroup) put(v *[groupMax]groupKey, keys *[groupMax]int32) {
-	if g.used++; 2*g.used > len(g.slots) && len(g.slots) < groupMaxSlots {
-		// A fresh, larger table: entries written so far are lost and
-		// written again on their next miss.
-		g.slots = make([]groupSlot, 2*len(g.slots))
-		g.used = 1
-	}
 	for i := 0; i < g.width; i++ {
 		if v[i] == groupNone {
 			return
 		}
 	}
-	s := g.slot(v)
-	s.gen, s.vals, s.keys = g.gen, *v, *keys
+	if len(g.tuples) >= groupMaxTuple {
+		return
+	}
+	g.tuples = append(g.tuples, groupTuple{vals: *v, keys: *keys})
+	if 2*len(g.tuples) > len(g.index) {
+		g.index = make([]uint32, 2*len(g.index))
+		for k := range g.tuples {
+			g.insert(&g.tuples[k].vals, uint32(k+1))
+		}
+		return
+	}
+	g.insert(v, uint32(len(g.tuples)))
+}
+
+func (g *dictGroup) insert(v *[groupMax]groupKey, pos uint32) {
+	h := g.hash(v)
+	mask := uint64(len(g.index) - 1)
+	i := h >> 20 & mask
+	for g.index[i] != 0 {
+		i = (i + 1) & mask
+	}
+	g.index[i] = uint32(h>>48)<<16 | pos
 }

@@ -58,13 +58,17 @@ type groupTuple struct {
 
 const (
 	groupMinIndex = 1 << 10
-	groupMaxTuple = 1 << 14 // bounds the memory; positions fit the index's low 16 bits
+	groupMaxTuple = 1 << 12 // bounds the memory; positions fit the index's low 16 bits
 	groupWindow   = 1 << 10
 )
 
+// Positions must fit the index's low 16 bits.
+var _ [1<<16 - 1 - groupMaxTuple]struct{}
+
 // dictGroupsOff makes every column add its own values (tests and
-// benchmarks compare the two).
-var dictGroupsOff bool
+// benchmarks compare the two); dictGroupsCollide gives every tuple the
+// same hash, so tests see the compare alone tell tuples apart.
+var dictGroupsOff, dictGroupsCollide bool
 
 // groupTables keeps index and tuple buffers between messages.
 var groupTables = sync.Pool{New: func() any { return new(groupTable) }}
@@ -111,6 +115,9 @@ func (g *dictGroup) release() {
 }
 
 func (g *dictGroup) hash(v *[groupMax]groupKey) uint64 {
+	if dictGroupsCollide {
+		return 0
+	}
 	h := uint64(0)
 	for i := 0; i < g.width; i++ {
 		h = bits.RotateLeft64(h, 21) ^ v[i]

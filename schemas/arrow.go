@@ -357,8 +357,7 @@ func (s *stringColumn) array() arrow.Array {
 // first and small dictionaries are scanned (string equality compares
 // pointers first) before a map is built.
 type dictColumn struct {
-	form    wireForm
-	plain   bool         // build utf8 instead (formPlain)
+	form    wireForm     // formPlain: build utf8 in s instead
 	s       stringColumn // plain
 	keys    []int32
 	vals    []string // the dictionary; aliases the caller's strings
@@ -458,7 +457,7 @@ const dictScan = 8
 
 func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 	c.form = form
-	if c.plain = form == formPlain; c.plain {
+	if form == formPlain {
 		c.s.resetIn(a, n, 16)
 		return
 	}
@@ -473,7 +472,7 @@ func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 // addMAC adds a binary MAC (FlowBin form): its text is formatted once per
 // distinct MAC in the message, not per row.
 func (c *dictColumn) addMAC(v uint64) int32 {
-	if c.plain {
+	if c.form == formPlain {
 		c.s.addMAC(v)
 		return 0
 	}
@@ -521,7 +520,7 @@ func (c *dictColumn) addMAC(v uint64) int32 {
 
 // add appends v's key and returns it (0 in the plain form).
 func (c *dictColumn) add(v string) int32 {
-	if c.plain {
+	if c.form == formPlain {
 		c.s.add(v)
 		return 0
 	}
@@ -588,7 +587,7 @@ func (c *dictColumn) lookup(v string) int32 {
 }
 
 func (c *dictColumn) array() arrow.Array {
-	if c.plain {
+	if c.form == formPlain {
 		return c.s.array()
 	}
 	var d stringColumn

@@ -4,13 +4,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tapflow/tapflow/transport/names"
 )
 
 // Collector consumer defaults (the `collector:` section's durable,
 // ack_wait and max_ack_pending).
 const (
-	DefaultDurable       = "tapflow-collector"
-	MetersDurableSuffix  = "-meters" // the meters consumer is "<durable>-meters"
+	DefaultDurable       = names.DefaultDurable
+	MetersDurableSuffix  = names.MetersDurableSuffix // the meters consumer is "<durable>-meters"
 	DefaultAckWait       = 7 * time.Minute
 	DefaultMaxAckPending = 20000
 )

@@ -23,16 +23,17 @@ import (
 	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/schemas"
+	"github.com/tapflow/tapflow/transport/names"
 )
 
 // Subjects and stream names: the transport contract (DESIGN §5).
 const (
-	FlowsStream       = "TAPFLOW_FLOWS"
-	FlowsSubjectRoot  = "tapflow.flows.v1"
-	MetersStream      = "TAPFLOW_METERS"
-	MetersSubjectRoot = "tapflow.meters.v1"
-	DLQStream         = "TAPFLOW_DLQ"
-	DLQSubjectRoot    = "tapflow.dlq"
+	FlowsStream       = names.FlowsStream
+	FlowsSubjectRoot  = names.FlowsSubjectRoot
+	MetersStream      = names.MetersStream
+	MetersSubjectRoot = names.MetersSubjectRoot
+	DLQStream         = names.DLQStream
+	DLQSubjectRoot    = names.DLQSubjectRoot
 	DLQFlowsSubject   = DLQSubjectRoot + ".flows"  // + ".<sender>": DLQSubject
 	DLQMetersSubject  = DLQSubjectRoot + ".meters" // + ".<sender>": DLQSubject
 	// DLQEvictedRoot + ".<flows|meters>.<sender>" holds one tally per

@@ -27,9 +27,7 @@ import (
 // ones enrich/nodeview publishes under (transport's).
 func TestNodeViewNamesAgree(t *testing.T) {
 	for _, c := range [][2]string{
-		{roles.InventoryNodesStream, transport.InventoryNodesStream},
 		{roles.InventoryNodeRoot + ".n1", transport.InventoryNodeSubject("n1")},
-		{roles.InventorySumsConsumer, transport.InventorySumsConsumer},
 		{"$JS.API.DIRECT.GET." + roles.InventoryNodesStream + "." + roles.InventoryNodeRoot + ".n1", nodeview.DirectGetSubject("n1")},
 	} {
 		if c[0] != c[1] {

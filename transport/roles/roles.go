@@ -24,9 +24,10 @@ package roles
 //go:generate go run ./internal/rolesdoc ../..
 
 import (
-	"encoding/base64"
 	"fmt"
 	"strconv"
+
+	"github.com/tapflow/tapflow/transport/names"
 )
 
 // Role is what a NATS user is for.
@@ -41,40 +42,34 @@ const (
 	Admin      Role = "admin"      // operators, tapflow dlq: everything
 )
 
-// Names the permissions refer to. transport defines the same names (the
-// record subjects in transport.go, the inventory's in inventory.go) and
-// the code uses those; roles cannot import transport, which imports it, so
-// roles_test checks they agree.
+// Names the permissions refer to: transport/names', which transport
+// uses too (roles cannot import transport, which imports it).
 const (
-	FlowsStream         = "TAPFLOW_FLOWS"
-	FlowsSubjectRoot    = "tapflow.flows.v1"
-	MetersStream        = "TAPFLOW_METERS"
-	MetersSubjectRoot   = "tapflow.meters.v1"
-	DLQStream           = "TAPFLOW_DLQ"
-	DLQSubjects         = "tapflow.dlq.>"
-	DefaultDurable      = "tapflow-collector"
-	MetersDurableSuffix = "-meters"
+	FlowsStream         = names.FlowsStream
+	FlowsSubjectRoot    = names.FlowsSubjectRoot
+	MetersStream        = names.MetersStream
+	MetersSubjectRoot   = names.MetersSubjectRoot
+	DLQStream           = names.DLQStream
+	DLQSubjects         = names.DLQSubjectRoot + ".>"
+	DefaultDurable      = names.DefaultDurable
+	MetersDurableSuffix = names.MetersDurableSuffix
 
-	InventoryBucket  = "TAPFLOW_INVENTORY"
-	InventoryStream  = "OBJ_" + InventoryBucket
-	InventoryObject  = "snapshot"
-	LeaseBucket      = "TAPFLOW_INVENTORY_LEASE"
-	LeaseStream      = "KV_" + LeaseBucket
-	InventoryDelta   = "tapflow.inventory.delta"
-	InventoryCurrent = "tapflow.inventory.current"
-	InventoryLookup  = "tapflow.inventory.lookup"
-	// InventoryNodesStream holds each node's overlay (node-scoped
-	// views) on InventoryNodeRoot.<node> (enrich/nodeview).
-	InventoryNodesStream = "TAPFLOW_INVENTORY_NODES"
-	InventoryNodeRoot    = "tapflow.inventory.node"
-	// InventorySumsConsumer is the consumer a new leader reads the
-	// overlays' sums with (headers only).
-	InventorySumsConsumer = "tapflow-inventory-sums"
+	InventoryBucket       = names.InventoryBucket
+	InventoryStream       = names.InventoryStream
+	InventoryObject       = names.InventoryObject
+	LeaseBucket           = names.InventoryLeaseBucket
+	LeaseStream           = names.InventoryLeaseStream
+	InventoryDelta        = names.InventoryDeltaSubject
+	InventoryCurrent      = names.InventoryCurrentSubject
+	InventoryLookup       = names.InventoryLookupSubject
+	InventoryNodesStream  = names.InventoryNodesStream
+	InventoryNodeRoot     = names.InventoryNodeRoot
+	InventorySumsConsumer = names.InventorySumsConsumer
 )
 
 // InventoryMeta is the subject each put of the inventory snapshot
 // announces itself on (agents watch it).
-var InventoryMeta = "$O." + InventoryBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(InventoryObject))
+var InventoryMeta = names.InventoryMetaSubject
 
 // User is one NATS user: its name (also its reply inbox, _INBOX.<name>)
 // and what its permissions depend on.

@@ -46,6 +46,8 @@ func fuzzWire[T any](f *testing.F, tab *Table[T], rowTab *Table[Row], rowsForm b
 	if err != nil {
 		f.Fatal(err)
 	}
+	pool := NewBufferPool(fuzzBudget).Poisoned()
+	pooledDec := rowDec.WithPool(pool)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// A decode that hangs is a crasher too: the fuzzer keeps an input
 		// whose worker dies.
@@ -95,6 +97,27 @@ func fuzzWire[T any](f *testing.F, tab *Table[T], rowTab *Table[Row], rowsForm b
 		}
 		if grown := heapAllocated() - before; grown > bound {
 			t.Fatalf("decoding a %d-byte message allocated %d bytes, more than %d (budget %d)", len(body), grown, bound, fuzzBudget)
+		}
+		if rowsForm {
+			// From recycled (poisoned) buffers: the same rows, and
+			// nothing left held by the pool once released, whatever the
+			// decode's outcome.
+			rows, perr := pooledDec.Decode(nil, body)
+			if (perr == nil) != (rerr == nil) {
+				t.Fatalf("pooled and records decoders disagree: %v / %v", perr, rerr)
+			}
+			if perr == nil && len(rows) > 0 {
+				rec := rowTab.ToArrow(rows)
+				back, err := tab.FromArrow(rec, nil)
+				rec.Release()
+				if err != nil || !reflect.DeepEqual(back, recs) {
+					t.Fatalf("pooled rows differ from the records (%v)", err)
+				}
+			}
+			ReleaseRows(rows)
+			if st := pool.Stats(); st.Messages != 0 || st.Out != 0 {
+				t.Fatalf("pool holds %d messages (%d bytes) after a decode (%v) and its release", st.Messages, st.Out, perr)
+			}
 		}
 	})
 }

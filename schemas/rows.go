@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -30,6 +31,10 @@ type Chunk struct {
 	agentCol int
 	batchSeq int
 	recIndex int
+	// arena owns the Arrow buffers when a pooling decoder made the chunk
+	// (bufpool.go); released once ReleaseRows let go of it.
+	arena    *arena
+	released atomic.Bool
 }
 
 type chunkColumn struct {

@@ -183,6 +183,7 @@ type DecoderOf[T any] struct {
 	maxBytes   int64
 	maxRecords int
 	zstd       *zstd.Decoder // nil: the shared zstdDec
+	pool       *BufferPool   // row tables only: see WithPool
 }
 
 // NewDecoder returns a flow.v1 Decoder.
@@ -206,7 +207,17 @@ func (d *DecoderOf[T]) Limited(maxBytes int64, maxRecords int) (*DecoderOf[T], e
 	if err != nil {
 		return nil, fmt.Errorf("decoder limits: zstd: %w", err)
 	}
-	return &DecoderOf[T]{t: d.t, maxBytes: maxBytes, maxRecords: maxRecords, zstd: zd}, nil
+	return &DecoderOf[T]{t: d.t, maxBytes: maxBytes, maxRecords: maxRecords, zstd: zd, pool: d.pool}, nil
+}
+
+// WithPool returns a decoder like d whose row decodes (a Table[Row])
+// take their Arrow buffers from p and give them back once ReleaseRows
+// has released every row of the message (bufpool.go). Other tables copy
+// what they decode and ignore p.
+func (d *DecoderOf[T]) WithPool(p *BufferPool) *DecoderOf[T] {
+	c := *d
+	c.pool = p
+	return &c
 }
 
 // budget is an Arrow allocator that refuses, by panicking, once the bytes
@@ -217,6 +228,7 @@ func (d *DecoderOf[T]) Limited(maxBytes int64, maxRecords int) (*DecoderOf[T], e
 type budget struct {
 	used, limit, want int64
 	over              bool
+	next              memory.Allocator // what it hands out
 }
 
 func (b *budget) take(n int) {
@@ -229,15 +241,15 @@ func (b *budget) take(n int) {
 
 func (b *budget) Allocate(size int) []byte {
 	b.take(size)
-	return memory.DefaultAllocator.Allocate(size)
+	return b.next.Allocate(size)
 }
 
 func (b *budget) Reallocate(size int, p []byte) []byte {
 	b.take(size - len(p))
-	return memory.DefaultAllocator.Reallocate(size, p)
+	return b.next.Reallocate(size, p)
 }
 
-func (b *budget) Free(p []byte) { memory.DefaultAllocator.Free(p) }
+func (b *budget) Free(p []byte) { b.next.Free(p) }
 
 // Decode appends the records of body to dst. Any malformed input, or a
 // stream whose schema metadata names another schema (a meter.v1 message on
@@ -246,9 +258,20 @@ func (b *budget) Free(p []byte) { memory.DefaultAllocator.Free(p) }
 // panics.
 func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 	start := len(dst)
+	var alloc memory.Allocator = memory.DefaultAllocator
+	var ar *arena
+	ownRows := false // dst is the message's alone: the caller passed none
+	if _, rows := any(d.t).(*Table[Row]); rows && d.pool != nil {
+		ar = d.pool.newArena()
+		alloc = ar
+		if cap(dst) == 0 {
+			pooled, _ := any(d.pool.getRows()).([]T)
+			dst, ownRows = pooled, true
+		}
+	}
 	var bud *budget
 	if d.maxBytes > 0 {
-		bud = &budget{limit: d.maxBytes}
+		bud = &budget{limit: d.maxBytes, next: alloc}
 	}
 	defer func() {
 		// arrow-go can panic on adversarial flatbuffers; a corrupt message
@@ -258,6 +281,19 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 		}
 		if err != nil && bud != nil && bud.over {
 			out, err = dst[:start], fmt.Errorf("%w: arrow buffers need %d bytes or more, limit %d", ErrTooLarge, bud.want, bud.limit)
+		}
+		if ar != nil {
+			// The message's Chunks own the arena; with none (an error, no
+			// rows) nothing reads it.
+			rows, _ := any(out).([]Row)
+			if err != nil {
+				rows = nil
+			} else if ownRows && len(rows) > 0 {
+				// It comes back with the buffers. On an error it is the
+				// caller's.
+				ar.rows = rows
+			}
+			ar.adoptRows(rows[min(start, len(rows)):])
 		}
 	}()
 	owned := bytes.HasPrefix(body, zstdMagic)
@@ -288,6 +324,8 @@ func (d *DecoderOf[T]) Decode(dst []T, body []byte) (out []T, err error) {
 		}
 		bud.used = cost
 		opts = append(opts, ipc.WithAllocator(bud))
+	} else if ar != nil {
+		opts = append(opts, ipc.WithAllocator(ar))
 	}
 	var r *ipc.Reader
 	if owned || !raw {

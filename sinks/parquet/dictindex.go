@@ -77,6 +77,8 @@ type dictIndexer struct {
 	ok       bool
 	layout   indexLayout
 	haveType bool
+	dict     dictField // dictbounds.go
+	haveDict bool
 }
 
 func newDictIndexer() dictIndexer {
@@ -117,6 +119,7 @@ func (x *dictIndexer) slot(cw *pq.ColumnWriter) (*[]int32, pq.Dictionary) {
 		}
 		x.layout, x.haveType = l, true
 	}
+	x.wrapBounds(buf) // else parquet-go's own Bounds: the same bounds, slower
 	d := buf.Dictionary()
 	if d == nil {
 		return nil, nil

@@ -31,6 +31,9 @@ func TestDictIndexLayout(t *testing.T) {
 			if got := idx != nil && d != nil; got != col.Dict {
 				t.Errorf("%s column %s: index path %v, want %v (Dict)", table.Name(), col.Name, got, col.Dict)
 			}
+			if _, fast := d.(*boundsDict); col.Dict && !fast {
+				t.Errorf("%s column %s: page bounds not once per distinct id (dictbounds.go)", table.Name(), col.Name)
+			}
 			if col.Dict {
 				n++
 			}

@@ -61,6 +61,11 @@
 // buffers and dictionaries), not by RollSize: measured ≈30 MiB of heap per
 // open file at the default 262144-row row groups (BenchmarkCollectorRSS).
 // Config.Validate refuses settings whose estimate exceeds MemoryBudget.
+// For schemas.Row batches the sink is also where a message's decode
+// buffers end: once a batch's rows are written (or refused, deduplicated
+// or failed) it calls schemas.ReleaseRows, and a pooling decoder
+// (consume's) recycles them for the next messages; the column writers
+// keep copies, never the rows (TestPooledRowsReleasedOnlyWhenWritten).
 //
 // Exactly once (Options.Dedupe, set by the collector): every file also
 // records the agent batches it holds (tapflow.batches = "agent:5-9,12;…").

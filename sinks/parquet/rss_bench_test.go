@@ -26,6 +26,7 @@ import (
 	"github.com/tapflow/tapflow/pipeline"
 	"github.com/tapflow/tapflow/schemas"
 	"github.com/tapflow/tapflow/synthetic"
+	"github.com/tapflow/tapflow/transport/consume"
 )
 
 const (
@@ -127,18 +128,21 @@ func (s *rssSource) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 }
 
 // rssRowSource is rssSource for the columnar path: messages decoded into
-// schemas.Row (FlowRows), batch_seq stamped in the decoded column.
+// schemas.Row (FlowRows), batch_seq stamped in the decoded column, with
+// the decode buffers recycled through a pool of the collector's default
+// cap (the sink releases the rows it wrote), as consume does.
 type rssRowSource struct {
 	msgs  [][]byte
 	n     int
 	acked *atomic.Int64
 	nacks *atomic.Int64
+	pool  *schemas.BufferPool
 }
 
 func (s *rssRowSource) Name() string { return "bench-source" }
 
 func (s *rssRowSource) Run(ctx context.Context, out chan<- *pipeline.BatchOf[schemas.Row]) error {
-	dec := schemas.NewDecoderFor(schemas.FlowRows)
+	dec := schemas.NewDecoderFor(schemas.FlowRows).WithPool(s.pool)
 	col := schemas.FlowRows.ColumnIndex("batch_seq")
 	for i := range s.n {
 		rows, err := dec.Decode(nil, s.msgs[i%len(s.msgs)])
@@ -358,6 +362,7 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 	var peakRSS, peakHeap uint64
 	var diskBytes int64
 	var cpu time.Duration
+	var pool *schemas.BufferPool
 	for b.Loop() {
 		b.StopTimer()
 		dir := b.TempDir()
@@ -380,7 +385,8 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 			sink.valuePath = cb.valuePath
 			countWrites = func() int64 { return sink.writeCalls }
 			closeSink = sink.Close
-			src := &rssRowSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks}
+			pool = schemas.NewBufferPool(consume.DefaultDecodePoolBytes)
+			src := &rssRowSource{msgs: msgs, n: nmsg, acked: &acked, nacks: &nacks, pool: pool}
 			if r, err = pipeline.NewRunnerOf(pcfg, src, nil, sink, pipeline.NewMetrics(prometheus.NewRegistry()), log); err != nil {
 				b.Fatal(err)
 			}
@@ -431,6 +437,15 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 	b.ReportMetric(float64(diskBytes)/float64(nmsg*rssBatch), "B/record")
 	if writes > 0 {
 		b.ReportMetric(float64(diskBytes)/float64(writes)/1024, "KiB/write")
+	}
+	if pool != nil {
+		st := pool.Stats()
+		if st.Messages != 0 || st.Out != 0 {
+			b.Fatalf("decode pool: %d messages (%d bytes) never released", st.Messages, st.Out)
+		}
+		if st.Gets > 0 {
+			b.ReportMetric(100*float64(st.Hits)/float64(st.Gets), "pool-hit-%")
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/fsx"
 	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 type countingWriter struct {
@@ -29,6 +30,10 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 	recs := b.Records
+	// Whatever becomes of b, its rows are not read after this write: the
+	// column writers copied what they took (and a retry is a redelivery,
+	// decoded anew).
+	defer s.release(recs)
 	if len(recs) == 0 {
 		b.Ack(nil) // nothing to make durable
 		return
@@ -152,6 +157,18 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 func (s *Sink[T]) hold(b *pipeline.BatchOf[T]) {
 	s.acks.Add(b)
 	b.Records = nil
+}
+
+// release gives a row batch's decode buffers back to their pool
+// (schemas.ReleaseRows) once the sink is done with its rows; a no-op for
+// record structs and rows of decoders without a pool.
+func (s *Sink[T]) release(recs []T) {
+	if s.schema.rows == nil {
+		return
+	}
+	if rows, ok := any(recs).([]schemas.Row); ok {
+		schemas.ReleaseRows(rows)
+	}
 }
 
 // Partitions the sink creates: time_end in [MinTimeEnd, MaxTimeEnd). A

@@ -271,7 +271,8 @@ type Source = SourceOf[schemas.Flow]
 type SourceOf[T any] struct {
 	cfg     Config
 	st      Stream[T]
-	dec     *schemas.DecoderOf[T] // st.Decoder limited to max_message_bytes / max_batch_records
+	dec     *schemas.DecoderOf[T] // st.Decoder limited to max_message_bytes / max_batch_records, pooled
+	pool    *schemas.BufferPool
 	lim     Limits
 	now     func() time.Time
 	durable string
@@ -337,7 +338,18 @@ type Options struct {
 	// PressureInterval is how often the stream's limits and the durable's
 	// held total are polled for early commits (default 1s).
 	PressureInterval time.Duration
+	// DecodePool recycles the Arrow buffers of the row sources' decoded
+	// messages (NewRows, NewMeterRows): they go back once the sink (or
+	// the dead-letter path) calls schemas.ReleaseRows. Nil: a pool of
+	// DefaultDecodePoolBytes of its own. Record sources ignore it.
+	DecodePool *schemas.BufferPool
 }
+
+// DefaultDecodePoolBytes caps the idle buffers a row source keeps for
+// the next messages: enough for the messages between the fetch and the
+// sink (the runner's edges) at agent batch sizes; larger messages are
+// allocated and left to the GC beyond it.
+const DefaultDecodePoolBytes = 32 << 20
 
 // New returns the flow source: NewFor(js, FlowStream, cfg, opts).
 func New(js jetstream.JetStream, cfg Config, opts Options) (*Source, error) {
@@ -391,8 +403,13 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("jetstream source: %w", err)
 	}
+	pool := opts.DecodePool
+	if pool == nil {
+		pool = schemas.NewBufferPool(DefaultDecodePoolBytes)
+	}
+	dec = dec.WithPool(pool)
 	durable := cfg.Durable + st.Suffix
-	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
+	s := &SourceOf[T]{cfg: cfg, st: st, dec: dec, pool: pool, lim: cfg.limits(), now: opts.Now, durable: durable, js: js, drain: opts.Drain, drainTO: opts.DrainTimeout,
 		log: opts.Logger.With("component", "jetstream-source", "stream", st.Name, "durable", durable), held: map[uint64]*ackHandle{}, stateDir: opts.StateDir,
 		pressEvery: opts.PressureInterval}
 	l := prometheus.Labels{"stream": st.Name}
@@ -415,7 +432,7 @@ func NewFor[T any](js jetstream.JetStream, st Stream[T], cfg Config, opts Option
 			Help: "Commits of the open Parquet files before roll_size or roll_age, by reason: the messages the durable's collectors hold unacked reached collector.early_commit_share of the stream's max_bytes (stream_bytes) or max_msgs (stream_msgs), or of max_ack_pending (ack_pending). Continuous early commits: the stream is undersized for roll_age."}, []string{"reason"}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG, s.m.heldBytes, s.m.early} {
+		for _, c := range append([]prometheus.Collector{s.m.messages, s.m.corrupt, s.m.rejected, s.m.poison, s.m.dlqErrors, s.m.evicted, s.m.naks, s.m.pending, s.m.progress, s.m.heldG, s.m.heldBytes, s.m.early}, poolMetrics(pool, l)...) {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("jetstream source %s: register metrics: %w", st.Name, err)
 			}
@@ -580,11 +597,13 @@ func (s *SourceOf[T]) forward(msg jetstream.Msg, md *jetstream.MsgMetadata, out 
 		return
 	}
 	if rej := Check(recs, s.st.Identity, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), s.now(), s.lim); rej != nil {
-		s.deadLetter(msg, seq, rej.Reason, rej.Err)
+		s.deadLetter(msg, seq, rej.Reason, rej.Err) // the letter is msg's own body, never the decoded buffers
+		release(recs)
 		return
 	}
 	if rej := CheckHeaders(msg.Headers(), s.st.Identity(&recs[0]), len(recs)); rej != nil {
 		s.deadLetter(msg, seq, rej.Reason, rej.Err)
+		release(recs)
 		return
 	}
 	// From here on only the ack handle refers to the message: its payload

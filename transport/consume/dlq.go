@@ -112,6 +112,7 @@ func (s *SourceOf[T]) evictOldest(ctx context.Context, subject, sender string) (
 		if reason == ReasonTime || reason == ReasonIdentity || reason == ReasonEmpty {
 			if recs, err := s.dec.Decode(nil, m.Data); err == nil {
 				ev.Records += uint64(len(recs))
+				release(recs)
 			}
 		}
 		now := time.Now().UTC()

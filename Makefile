@@ -153,7 +153,7 @@ test-e2e: deps ## The lab acceptance suite alone (root, ~3 min; also part of mak
 # table, each with its baseline from the same run (docs/architecture.md).
 BENCH_OUT ?= bin/bench.txt
 
-bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, agent userspace ns/record (binary record vs text path), message checks, publish into R1 vs R3, a fleet of 200 agents on an R3 cluster with three collectors for 10 minutes (docs/capacity.md), tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, an agent's inventory memory at 1M ports (~7 min), freshness flow end → Parquet at roll_age 5m and 30s (~13 min), eBPF (root); then one table of the goal figures with their baselines.
+bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Parquet, collector rows/s and peak RSS, agent userspace ns/record (binary record vs text path), message checks, publish into R1 vs R3, a fleet of 200 agents on an R3 cluster with three collectors for 10 minutes (docs/capacity.md), tapflow audit vs report's column reader, inventory snapshots at 100k ports and 1,000 agents, an agent's inventory memory at 1M ports (~7 min), freshness flow end → Parquet at roll_age 5m and 30s (~13 min), the tapflow agent process live at 100k/200k records/s, lz4 and none: CPU ns/record, RSS (~5 min), eBPF (root); then one table of the goal figures with their baselines.
 	@mkdir -p $(dir $(BENCH_OUT)) && : > $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/testkit/benchpipe/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -skip 'Fleet|1000Agents|AgentInventoryMemory' -benchmem ./schemas/ ./sinks/... ./transport/... ./enrich/... ./synthetic/ ./bpf/source/ | tee -a $(BENCH_OUT)
@@ -162,6 +162,7 @@ bench: ## Go benchmarks: end-to-end pipeline vs JSON-lines baseline, codecs, Par
 	set -o pipefail; $(GO) test -run '^$$' -bench PublishReplicas -benchmem ./internal/app/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench Freshness -benchtime 1x -timeout 30m ./internal/app/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench FleetR3 -benchtime 1x -timeout 40m ./internal/app/ | tee -a $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench AgentLive -benchtime 1x -timeout 15m ./internal/app/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench Audit -benchmem -benchtime 3x ./internal/audit/ | tee -a $(BENCH_OUT)
 	@if [ "$$(id -u)" = 0 ]; then set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./bpf/... | tee -a $(BENCH_OUT); else echo "bench: not root: eBPF per-packet benchmarks skipped"; fi
 	@$(GO) run ./internal/testkit/benchtable $(BENCH_OUT)

@@ -176,6 +176,30 @@ var figures = []figure{
 		value: ref{"BenchmarkAgentInventoryMemory", "B/port", ""}, goal: &goal{"<=", 1024}},
 	{name: "agent inventory, peak RSS MiB during a swap (1M ports)",
 		value: ref{"BenchmarkAgentInventoryMemory", "swap-peak-RSS-MiB", ""}},
+	// issue 24 item 7: the agent live (the tapflow agent process, synthetic
+	// source, a nats-server of its own; BenchmarkAgentLive) beside the
+	// in-process floor of the same codec (BenchmarkAgentWireForms' narrow
+	// path: ring records → publish body, no process, no NATS).
+	{name: "agent live, cpu ns/record at 200k records/s, lz4 (vs the in-process path)",
+		value:    ref{"BenchmarkAgentLive/rate=200k/codec=lz4", "cpu_ns/record", ""},
+		baseline: &ref{"BenchmarkAgentWireForms", "lz4_narrow_cpu_ns/record", ""}, goal: &goal{"<=", 500}},
+	{name: "agent live, cpu ns/record at 100k records/s, lz4 (vs the in-process path)",
+		value:    ref{"BenchmarkAgentLive/rate=100k/codec=lz4", "cpu_ns/record", ""},
+		baseline: &ref{"BenchmarkAgentWireForms", "lz4_narrow_cpu_ns/record", ""}, goal: &goal{"<=", 500}},
+	{name: "agent live, cpu ns/record at 200k records/s, codec none (vs the in-process path)",
+		value:    ref{"BenchmarkAgentLive/rate=200k/codec=none", "cpu_ns/record", ""},
+		baseline: &ref{"BenchmarkAgentWireForms", "none_narrow_cpu_ns/record", ""}, goal: &goal{"<=", 250}},
+	{name: "agent live, allocs/record at 200k records/s, lz4 (whole process vs the in-process path)",
+		value:    ref{"BenchmarkAgentLive/rate=200k/codec=lz4", "allocs/record", ""},
+		baseline: &ref{"BenchmarkAgentUserspace", "binary_allocs/record", ""}},
+	{name: "agent live, records/s published at 200k requested, lz4",
+		value: ref{"BenchmarkAgentLive/rate=200k/codec=lz4", "records/s", ""}, goal: &goal{">=", 180e3}},
+	{name: "agent live, RSS MiB at 200k records/s, lz4 (max of 1 s samples)",
+		value: ref{"BenchmarkAgentLive/rate=200k/codec=lz4", "rss_max_MiB", ""}, goal: &goal{"<=", 128}},
+	{name: "agent live, VmHWM MiB at 200k records/s, lz4 (peak)",
+		value: ref{"BenchmarkAgentLive/rate=200k/codec=lz4", "rss_hwm_MiB", ""}, goal: &goal{"<=", 128}},
+	{name: "agent live, VmHWM MiB at 200k records/s, codec none (peak)",
+		value: ref{"BenchmarkAgentLive/rate=200k/codec=none", "rss_hwm_MiB", ""}, goal: &goal{"<=", 128}},
 }
 
 // issue 24 item 5: the kernel program with its flow cache against the same

@@ -82,6 +82,7 @@ func TestDeterminism(t *testing.T) {
 		{"same seed and config", func(*Config) {}, Options{Now: fixedClock}, true},
 		{"batching does not change the stream", func(c *Config) { c.BatchRecords = 1000 }, Options{Now: fixedClock}, true},
 		{"batch age does not change the stream", func(c *Config) { c.BatchMaxAge = units.Duration(time.Hour) }, Options{Now: fixedClock}, true},
+		{"recycled arrays do not change the stream", func(*Config) {}, Options{Now: fixedClock, RecycleArrays: true}, true},
 		{"real clock: equal but for times", func(*Config) {}, Options{}, true},
 		{"other seed", func(c *Config) { c.Seed = 2 }, Options{Now: fixedClock}, false},
 		{"other flow count", func(c *Config) { c.FlowsPerSecond = 2001 }, Options{Now: fixedClock}, false},

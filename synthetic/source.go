@@ -27,6 +27,10 @@ type Options struct {
 	// default time.Now. A fixed clock makes records fully reproducible.
 	// Pacing and batch age always follow real time.
 	Now func() time.Time
+	// RecycleArrays reuses an acked batch's record array for a later
+	// batch (pipeline.Arrays), as the eBPF source does: the agent sets it.
+	// Whoever reads a batch's records after acking it must leave it off.
+	RecycleArrays bool
 }
 
 // Source is the synthetic cloud as a pipeline.Source.
@@ -38,6 +42,7 @@ type Source struct {
 	now     func() time.Time
 	records prometheus.Counter
 	nacks   prometheus.Counter
+	arrays  *pipeline.Arrays[schemas.Flow] // nil: a new array per batch
 	// lastNackLog rate-limits the failure log (unix nanos): a full spool
 	// fails every batch, the counter has them all.
 	lastNackLog atomic.Int64
@@ -72,6 +77,9 @@ func New(cfg Config, opts Options) (*Source, error) {
 			Name: "tapflow_synthetic_batches_nacked_total",
 			Help: "Synthetic batches that downstream stages acked with an error.",
 		}),
+	}
+	if opts.RecycleArrays {
+		s.arrays = pipeline.NewArrays[schemas.Flow](pipeline.FreeArrays)
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -127,7 +135,15 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 			return
 		}
 		seq++
-		b := pipeline.NewBatch(recs, s.ack)
+		ack := s.ack
+		if s.arrays != nil {
+			arr := recs
+			ack = func(err error) {
+				s.ack(err)
+				s.arrays.Put(arr) // the ack ended the batch's life
+			}
+		}
+		b := pipeline.NewBatch(recs, ack)
 		b.Seq, b.Created = seq, born
 		out <- b
 		s.records.Add(float64(len(recs)))
@@ -153,7 +169,7 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 		}
 		if n > 0 {
 			if recs == nil {
-				recs, born = make([]schemas.Flow, 0, c.BatchRecords), now
+				recs, born = s.newArray(c.BatchRecords), now
 			}
 			recs = g.fill(recs, n, s.now().UnixMicro())
 			if len(recs) == c.BatchRecords {
@@ -183,6 +199,15 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// newArray is an empty record array of capacity n: a recycled one when
+// the source recycles (fill overwrites every record it appends).
+func (s *Source) newArray(n int) []schemas.Flow {
+	if s.arrays != nil {
+		return s.arrays.Get(n)[:0]
+	}
+	return make([]schemas.Flow, 0, n)
 }
 
 func (s *Source) ack(err error) {

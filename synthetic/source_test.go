@@ -15,6 +15,7 @@ import (
 
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/pipeline"
+	"github.com/tapflow/tapflow/schemas"
 )
 
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -238,5 +239,31 @@ func TestNackCounted(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(s.nacks); v != 1 {
 		t.Fatalf("nacks = %v, want 1", v)
+	}
+}
+
+// TestRecycleArrays: with RecycleArrays (as the agent runs it) an acked
+// batch's array carries a later batch, and without it every batch has
+// its own; TestDeterminism checks the records are the same either way.
+func TestRecycleArrays(t *testing.T) {
+	for _, recycle := range []bool{false, true} {
+		t.Run(fmt.Sprint("recycle=", recycle), func(t *testing.T) {
+			_, batches := runFor(t, newSource(t, fastConfig(), Options{Now: fixedClock, RecycleArrays: recycle}), 20*4096)
+			seen := map[*schemas.Flow]bool{}
+			reused := 0
+			for _, b := range batches {
+				p := &b.Records[:1][0]
+				if seen[p] {
+					reused++
+				}
+				seen[p] = true
+			}
+			if recycle && reused < len(batches)/2 {
+				t.Fatalf("%d of %d batches on a recycled array, want most", reused, len(batches))
+			}
+			if !recycle && reused != 0 {
+				t.Fatalf("%d of %d batches on a recycled array without RecycleArrays", reused, len(batches))
+			}
+		})
 	}
 }

@@ -111,7 +111,7 @@ type agentPath struct {
 	decode                func(*capture.Record, *schemas.Flow)
 	eng                   *enrich.Engine
 	enc                   *schemas.Encoder
-	arrays                *flowArrays
+	arrays                *pipeline.Arrays[schemas.Flow]
 	body                  []byte
 	seq                   int64
 	tAlloc, tDec, tAttr   time.Duration
@@ -136,7 +136,7 @@ func newAgentPath(b *testing.B, src *synthetic.Source, name string, decode func(
 	if wide {
 		enc = enc.WideIndices()
 	}
-	return &agentPath{name: name, decode: decode, eng: eng, enc: enc, arrays: newFlowArrays()}
+	return &agentPath{name: name, decode: decode, eng: eng, enc: enc, arrays: pipeline.NewArrays[schemas.Flow](pipeline.FreeArrays)}
 }
 
 // warmUp runs every path over the batches once (intern tables,
@@ -152,7 +152,7 @@ func warmUp(b *testing.B, paths []*agentPath, batches [][]capture.Record) {
 
 func (p *agentPath) batch(b *testing.B, recs []capture.Record) {
 	t0 := cpuNow()
-	flows := p.arrays.get(len(recs)) // as Source.Flows
+	flows := p.arrays.Get(len(recs)) // as Source.Flows
 	ta := cpuNow()
 	for i := range recs {
 		flows[i] = schemas.Flow{}
@@ -173,7 +173,7 @@ func (p *agentPath) batch(b *testing.B, recs []capture.Record) {
 		b.Fatal(err)
 	}
 	t3 := cpuNow()
-	p.arrays.put(flows) // as the ack of Source.Flows' batch
+	p.arrays.Put(flows) // as the ack of Source.Flows' batch
 	p.tAlloc, p.tDec, p.tAttr, p.tEnc = p.tAlloc+ta-t0, p.tDec+t1-ta, p.tAttr+t2-t1, p.tEnc+t3-t2
 	p.recs += int64(len(recs))
 	p.encoded += int64(len(bt.Records))

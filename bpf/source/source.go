@@ -41,7 +41,7 @@ type Source struct {
 	log    *slog.Logger
 	nacks  prometheus.Counter
 	out    chan<- *pipeline.Batch
-	arrays *flowArrays // record arrays of acked batches
+	arrays *pipeline.Arrays[schemas.Flow] // record arrays of acked batches
 	// emitted counts the batches sent into out (ExportLive reports it).
 	emitted atomic.Uint64
 }
@@ -58,7 +58,7 @@ func New(cfg capture.Config, opts Options) (*Source, error) {
 	}
 	s := &Source{
 		dec:    NewDecoder(opts.Node),
-		arrays: newFlowArrays(),
+		arrays: pipeline.NewArrays[schemas.Flow](pipeline.FreeArrays),
 		meters: opts.Meters,
 		log:    log.With("source", "ebpf"),
 		nacks: prometheus.NewCounter(prometheus.CounterOpts{
@@ -104,7 +104,7 @@ func (s *Source) Run(ctx context.Context, out chan<- *pipeline.Batch) error {
 // (published, or in the spool) is the capture's done: only then does the
 // capture give the records' ring-buffer space back.
 func (s *Source) Flows(_ context.Context, recs []capture.Record, done func()) error {
-	flows := s.arrays.get(len(recs))
+	flows := s.arrays.Get(len(recs))
 	for i := range recs {
 		flows[i] = schemas.Flow{} // a recycled array holds the last batch's records
 		s.dec.Decode(&recs[i], &flows[i])
@@ -117,7 +117,7 @@ func (s *Source) Flows(_ context.Context, recs []capture.Record, done func()) er
 			s.log.Warn("captured batch failed downstream", "err", err)
 		}
 		done()
-		s.arrays.put(flows) // the ack ended the batch's life
+		s.arrays.Put(flows) // the ack ended the batch's life
 	})
 	s.emitted.Add(1)
 	return nil

@@ -42,7 +42,7 @@ func newAgent(cfg config.Config, rt *runtime) (*agent, error) {
 	)
 	switch cfg.Source {
 	case "synthetic":
-		s, err := synthetic.New(cfg.Synthetic, synthetic.Options{Node: cfg.Node, Logger: log, Registry: rt.reg})
+		s, err := synthetic.New(cfg.Synthetic, synthetic.Options{Node: cfg.Node, Logger: log, Registry: rt.reg, RecycleArrays: true})
 		if err != nil {
 			return nil, fmt.Errorf("synthetic source: %w", err)
 		}

@@ -1,4 +1,4 @@
-package source
+package pipeline
 
 import (
 	"testing"
@@ -6,10 +6,10 @@ import (
 	"github.com/tapflow/tapflow/schemas"
 )
 
-// TestFlowArrays: an acked batch's array comes back for the next batch
-// that fits in it, a smaller one is replaced, and the free list keeps at
-// most freeFlowArrays arrays.
-func TestFlowArrays(t *testing.T) {
+// TestArrays: an acked batch's array comes back for the next batch that
+// fits in it, a smaller one is replaced, and the free list keeps at most
+// its bound.
+func TestArrays(t *testing.T) {
 	cases := []struct {
 		name      string
 		put, want int // capacity given back, then records asked for
@@ -21,10 +21,10 @@ func TestFlowArrays(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := newFlowArrays()
+			p := NewArrays[schemas.Flow](FreeArrays)
 			a := make([]schemas.Flow, c.put)
-			p.put(a)
-			b := p.get(c.want)
+			p.Put(a)
+			b := p.Get(c.want)
 			if len(b) != c.want {
 				t.Fatalf("len %d, want %d", len(b), c.want)
 			}
@@ -33,11 +33,11 @@ func TestFlowArrays(t *testing.T) {
 			}
 		})
 	}
-	p := newFlowArrays()
-	for range freeFlowArrays + 3 {
-		p.put(make([]schemas.Flow, 1))
+	p := NewArrays[schemas.Flow](FreeArrays)
+	for range FreeArrays + 3 {
+		p.Put(make([]schemas.Flow, 1))
 	}
-	if n := len(p.free); n != freeFlowArrays {
-		t.Fatalf("%d arrays kept, want %d", n, freeFlowArrays)
+	if n := p.Idle(); n != FreeArrays {
+		t.Fatalf("%d arrays kept, want %d", n, FreeArrays)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/units"
 	"github.com/tapflow/tapflow/transport"
+	"github.com/tapflow/tapflow/transport/consume"
 )
 
 // collectorRuntimeBytes is the collector's memory besides its open files
@@ -21,12 +22,15 @@ const collectorRuntimeBytes = 64 << 20
 // messages are in flight (the edge queue, the one being decoded and the
 // one being written), each at most max_message_bytes, and one pull of
 // fetch_batch messages waits in the NATS client, each at most the
-// server's max_payload (transport.MaxPayload). At the defaults:
-// 2 × 256 MiB + 4 × 64 MiB + 64 × 8 MiB + 64 MiB = 1344 MiB.
+// server's max_payload (transport.MaxPayload); each stream's decode pool
+// keeps up to consume.DefaultDecodePoolBytes of idle buffers for the next
+// messages. At the defaults:
+// 2 × 256 MiB + 4 × 64 MiB + 64 × 8 MiB + 2 × 32 MiB + 64 MiB = 1408 MiB.
 func collectorMemoryLimit(cfg config.Config) int64 {
 	inflight := int64(collectorEdgeCapacity+2) * int64(cfg.Collector.Consumer.MaxMessageBytes)
 	fetched := int64(cfg.Collector.Consumer.FetchBatch) * transport.MaxPayload
-	return 2*cfg.Collector.Parquet.MemoryEstimate() + inflight + fetched + collectorRuntimeBytes
+	pools := int64(2 * consume.DefaultDecodePoolBytes)
+	return 2*cfg.Collector.Parquet.MemoryEstimate() + inflight + fetched + pools + collectorRuntimeBytes
 }
 
 // setCollectorMemoryLimit gives a collector process a soft memory limit

@@ -43,17 +43,17 @@ func TestCollectorMemoryLimit(t *testing.T) {
 		env    string
 		want   int64
 	}{
-		{name: "defaults", want: 1344 << 20},
+		{name: "defaults", want: 1408 << 20},
 		{name: "fewer open files, smaller messages, smaller pulls", change: func(c *config.Config) {
 			c.Collector.Parquet.MaxOpenFiles = 2
 			c.Collector.Consumer.MaxMessageBytes = 16 << 20
 			c.Collector.Consumer.FetchBatch = 8
-		}, want: 2*2*(16+16)<<20 + 4*16<<20 + 8*8<<20 + 64<<20},
+		}, want: 2*2*(16+16)<<20 + 4*16<<20 + 8*8<<20 + 2*32<<20 + 64<<20},
 		{name: "row groups capped by roll_size", change: func(c *config.Config) {
 			c.Collector.Parquet.RowGroupRows = 1 << 20 // 64 MiB estimated, above roll_size
 			c.Collector.Parquet.RollSize = 8 << 20
 			c.Collector.Parquet.MaxOpenFiles = 4
-		}, want: 2*4*(16+8)<<20 + 4*64<<20 + 64*8<<20 + 64<<20},
+		}, want: 2*4*(16+8)<<20 + 4*64<<20 + 64*8<<20 + 2*32<<20 + 64<<20},
 		{name: "GOMEMLIMIT wins", env: "300MiB", want: 300 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

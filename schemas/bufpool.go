@@ -22,6 +22,10 @@ import (
 // garbage collected with its buffers: forgetting ReleaseRows costs
 // allocation, never correctness; releasing early does, which is why the
 // pool can poison what it takes back (tests).
+//
+// The encoder uses the same pool for arrow-go's IPC writer (wire.go,
+// encodeBuffers): there the arena is freed as soon as the message is
+// written out, since nothing aliases the writer's buffers.
 
 // Buffers below minPooled are not worth a free list; above maxPooled
 // (beyond any message a limited decoder accepts) they are not kept.
@@ -186,10 +190,11 @@ func (p *BufferPool) putRows(r []Row) {
 	p.idle += int64(cap(r)) * rowSize
 }
 
-// arena is the memory.Allocator of one Decode: every buffer arrow-go
-// asks for comes from the pool and stays the arena's until the message's
-// Chunks are all released (refs), whatever arrow-go frees meanwhile.
-// Allocation runs on the decoding goroutine only.
+// arena is the memory.Allocator of one Decode (or one Encode): every
+// buffer arrow-go asks for comes from the pool and stays the arena's until
+// the message's Chunks are all released (refs), whatever arrow-go frees
+// meanwhile (or until the encoded message is written). Allocation runs on
+// the decoding (encoding) goroutine only.
 type arena struct {
 	pool  *BufferPool
 	bufs  [][]byte

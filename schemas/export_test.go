@@ -42,3 +42,11 @@ func SetDictGroups(on bool) { dictGroupsOff = !on }
 // SetDictGroupsCollide gives every tuple of a dictionary group the same
 // hash, so only the compare tells them apart; not safe while encoding.
 func SetDictGroupsCollide(on bool) { dictGroupsCollide = on }
+
+// SetEncodePool replaces the encoders' buffer pool (tests), returning a
+// function that restores it; not safe while encoding.
+func SetEncodePool(p *BufferPool) (restore func()) {
+	old := encodeBuffers
+	encodeBuffers = p
+	return func() { encodeBuffers = old }
+}

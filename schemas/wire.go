@@ -146,10 +146,16 @@ func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	defer e.arenas.Put(a) // after rec's release and the writer's close
 	rec := e.t.toArrow(recs, e.form, a)
 	defer rec.Release()
-	opts := e.opts
+	// arrow-go allocates each compressed buffer at its worst-case size
+	// (most of the encoder's garbage); the arena takes them from
+	// encodeBuffers and gives them all back once the writer is closed and
+	// the message copied into buf.
+	ar := encodeBuffers.newArena()
+	defer ar.free()
+	opts := append(slices.Clip(e.opts), ipc.WithAllocator(ar))
 	if e.form == formDict {
 		// The index types are the message's own (narrowSchema).
-		opts = append(slices.Clip(opts), ipc.WithSchema(rec.Schema()))
+		opts = append(opts, ipc.WithSchema(rec.Schema()))
 	}
 	w := ipc.NewWriter(buf, opts...)
 	if err := w.Write(rec); err != nil {
@@ -160,6 +166,11 @@ func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// encodeBuffers recycles the buffers arrow-go's IPC writer allocates
+// while encoding a message (bufpool.go); shared by every encoder of the
+// process. Its cap is a few messages' compressed bodies.
+var encodeBuffers = NewBufferPool(16 << 20)
 
 // ErrCorrupt marks a message body that is not a valid Arrow IPC stream of
 // the decoder's schema. Callers dead-letter such messages instead of

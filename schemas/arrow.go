@@ -365,6 +365,11 @@ type dictColumn struct {
 	lastPtr *byte
 	lastLen int
 	lastKey int32
+	// prev is the value before last (a column alternating between two
+	// values, as direction does, answers from these two).
+	prevPtr *byte
+	prevLen int
+	prevKey int32
 	// macs keys binary MACs (FlowBin) to their entry, so a batch formats
 	// each distinct MAC once; macText holds those texts.
 	macs      map[uint64]int32
@@ -465,7 +470,7 @@ func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 	c.vals = c.vals[:0]
 	c.release()
 	c.index = nil
-	c.lastPtr, c.lastLen = nil, -1
+	c.lastPtr, c.lastLen, c.prevPtr, c.prevLen = nil, -1, nil, -1
 	c.macs, c.macText, c.lastIsMAC = nil, nil, false
 }
 
@@ -529,6 +534,13 @@ func (c *dictColumn) add(v string) int32 {
 		c.keys = append(c.keys, c.lastKey)
 		return c.lastKey
 	}
+	if p == c.prevPtr && len(v) == c.prevLen {
+		k := c.prevKey
+		c.prevPtr, c.prevLen, c.prevKey = c.lastPtr, c.lastLen, c.lastKey
+		c.lastPtr, c.lastLen, c.lastKey = p, len(v), k
+		c.keys = append(c.keys, k)
+		return k
+	}
 	var k int32
 	if c.index == nil || p == nil { // small dictionary: the scan is as cheap
 		k = c.lookup(v)
@@ -549,7 +561,8 @@ func (c *dictColumn) add(v string) int32 {
 			*sl = strSlot{p: a, n: int32(len(v)), k: k, gen: d.gen}
 		}
 	}
-	c.lastPtr, c.lastLen, c.lastKey, c.lastIsMAC = unsafe.StringData(v), len(v), k, false
+	c.prevPtr, c.prevLen, c.prevKey = c.lastPtr, c.lastLen, c.lastKey
+	c.lastPtr, c.lastLen, c.lastKey, c.lastIsMAC = p, len(v), k, false
 	c.keys = append(c.keys, k)
 	return k
 }

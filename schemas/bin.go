@@ -1,6 +1,10 @@
 package schemas
 
-import "net/netip"
+import (
+	"encoding/binary"
+	"net/netip"
+	"strconv"
+)
 
 // FlowBin is a flow record's binary working form: the capture fills it
 // instead of the MAC and IP text, attribution reads it without parsing, and
@@ -154,8 +158,35 @@ func (s *stringColumn) addMAC(v uint64) {
 
 // addIP appends an address's text as one value ("" for the zero Addr).
 func (s *stringColumn) addIP(a netip.Addr) {
-	if a.IsValid() {
+	if a.Is4() {
+		s.data = appendIPv4(s.data, a.As4())
+	} else if a.IsValid() {
 		s.data = a.AppendTo(s.data)
 	}
 	s.offsets = append(s.offsets, int32(len(s.data)))
+}
+
+// octetDot is each octet's decimal text followed by '.', little-endian in
+// a word, and octetLen its length with the dot: appendIPv4 stores whole
+// words instead of dividing, four per address.
+var octetDot, octetLen = func() (w [256]uint32, n [256]uint8) {
+	for i := range 256 {
+		t := strconv.Itoa(i) + "."
+		var b [4]byte
+		copy(b[:], t)
+		w[i], n[i] = binary.LittleEndian.Uint32(b[:]), uint8(len(t))
+	}
+	return w, n
+}()
+
+// appendIPv4 appends the dotted-decimal text of a, as netip.Addr.AppendTo
+// writes an IPv4 address.
+func appendIPv4(dst []byte, a [4]byte) []byte {
+	var b [16]byte
+	n := 0
+	for _, o := range a {
+		binary.LittleEndian.PutUint32(b[n:], octetDot[o]) // n ≤ 12
+		n += int(octetLen[o])
+	}
+	return append(dst, b[:n-1]...)
 }

@@ -115,3 +115,23 @@ func TestMixedBinaryAndTextInOneMessage(t *testing.T) {
 		})
 	}
 }
+
+func TestAppendIPv4(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "255.255.255.255", "10.0.0.1", "1.22.133.4", "100.64.9.99", "192.168.1.254", "9.99.100.255"} {
+		a := netip.MustParseAddr(s)
+		if got := string(appendIPv4([]byte("x"), a.As4())); got != "x"+s {
+			t.Errorf("appendIPv4(%s) = %q", s, got)
+		}
+	}
+	// every octet in every position against netip's own text
+	for o := range 256 {
+		for pos := range 4 {
+			b := [4]byte{1, 2, 3, 4}
+			b[pos] = byte(o)
+			want := netip.AddrFrom4(b).String()
+			if got := string(appendIPv4(nil, b)); got != want {
+				t.Fatalf("appendIPv4(%v) = %q, want %q", b, got, want)
+			}
+		}
+	}
+}

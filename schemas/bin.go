@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -181,12 +182,16 @@ var octetDot, octetLen = func() (w [256]uint32, n [256]uint8) {
 
 // appendIPv4 appends the dotted-decimal text of a, as netip.Addr.AppendTo
 // writes an IPv4 address.
+// The words land in dst's spare capacity (16 bytes reserved; what lies
+// past the text is cut off), so nothing is copied twice.
 func appendIPv4(dst []byte, a [4]byte) []byte {
-	var b [16]byte
+	l := len(dst)
+	dst = slices.Grow(dst, 16)
+	w := dst[l : l+16]
 	n := 0
 	for _, o := range a {
-		binary.LittleEndian.PutUint32(b[n:], octetDot[o]) // n ≤ 12
+		binary.LittleEndian.PutUint32(w[n:], octetDot[o]) // n ≤ 12
 		n += int(octetLen[o])
 	}
-	return append(dst, b[:n-1]...)
+	return dst[:l+n-1]
 }

@@ -63,7 +63,8 @@ import (
 //
 // TAPFLOW_BENCH_CPUPROFILE=DIR turns on the agent's metrics.pprof and
 // saves a CPU profile of each window as DIR/agentlive-<rate>-<codec>.pprof
-// (the profiling itself costs the agent some CPU). One op is one whole
+// (the profiling itself costs the agent some CPU) and a heap profile at
+// its end as DIR/agentlive-<rate>-<codec>.heap.pprof. One op is one whole
 // run: use -benchtime 1x (make bench does).
 func BenchmarkAgentLive(b *testing.B) {
 	warmup := fleetEnv(b, "TAPFLOW_BENCH_WARMUP", 15*time.Second, time.ParseDuration)
@@ -215,6 +216,12 @@ log:
 	profWG.Wait()
 	if profErr != nil {
 		b.Errorf("CPU profile: %v", profErr)
+	}
+	if profDir != "" {
+		out := filepath.Join(profDir, fmt.Sprintf("agentlive-%d-%s.heap.pprof", rate, codec))
+		if err := agentLivePprof(base, "heap", 30*time.Second, out); err != nil {
+			b.Errorf("heap profile: %v", err)
+		}
 	}
 
 	if !p.Stop(time.Minute) {
@@ -371,15 +378,21 @@ func agentLiveLoad() string {
 // agentLiveProfile saves a CPU profile of secs seconds from the agent's
 // /debug/pprof/profile to out.
 func agentLiveProfile(base string, secs int, out string) error {
-	c := http.Client{Timeout: time.Duration(secs+30) * time.Second}
-	resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs))
+	return agentLivePprof(base, fmt.Sprintf("profile?seconds=%d", secs), time.Duration(secs+30)*time.Second, out)
+}
+
+// agentLivePprof saves the agent's /debug/pprof/<what> to out (heap: the
+// window's end, to read what the RSS holds).
+func agentLivePprof(base, what string, timeout time.Duration, out string) error {
+	c := http.Client{Timeout: timeout}
+	resp, err := c.Get(base + "/debug/pprof/" + what)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET /debug/pprof/profile: %d %.200s", resp.StatusCode, body)
+		return fmt.Errorf("GET /debug/pprof/%s: %d %.200s", what, resp.StatusCode, body)
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err

@@ -339,3 +339,43 @@ func TestDictionaryCache(t *testing.T) {
 		})
 	}
 }
+
+// TestRowAgentID: a row's AgentID is its record's agent_id whether the
+// batch has one agent (interned without a per-row index) or several,
+// the second appearing first at row 0, midway or at the last row.
+func TestRowAgentID(t *testing.T) {
+	n := 1000
+	for _, tc := range []struct {
+		name  string
+		agent func(i int) string
+	}{
+		{"one", func(int) string { return "agent-a" }},
+		{"second-midway", func(i int) string { return []string{"agent-a", "agent-b"}[i*2/n] }},
+		{"second-last", func(i int) string { return []string{"agent-a", "agent-b"}[i/(n-1)] }},
+		{"alternating", func(i int) string { return []string{"agent-a", "agent-b", "agent-c"}[i%3] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := dictSample(n)
+			for i := range recs {
+				recs[i].AgentID = tc.agent(i)
+			}
+			enc, err := schemas.NewEncoder(schemas.CodecLZ4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := enc.Encode(nil, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := schemas.NewDecoderFor(schemas.FlowRows).Decode(nil, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range rows {
+				if r.AgentID() != recs[i].AgentID {
+					t.Fatalf("row %d: agent %q, want %q", i, r.AgentID(), recs[i].AgentID)
+				}
+			}
+		})
+	}
+}

@@ -24,7 +24,9 @@ type Chunk struct {
 	// agents interns agent_id: the sink keeps (agent_id, batch_seq) of
 	// every file until it commits, and a string aliasing the batch would
 	// keep the whole decoded message alive with it.
-	agents   []string
+	agents []string
+	// agentOf is the row's index into agents; nil while every row has
+	// agents[0], as a batch of one agent does (the transport contract).
 	agentOf  []uint16
 	timeEnd  int // column positions of the identity fields, -1: none
 	node     int
@@ -146,12 +148,13 @@ func decodeRows(t *Table[Row], arrs []arrow.Array, idx []int, dst []Row) error {
 }
 
 func (c *Chunk) internAgents() error {
-	c.agentOf = make([]uint16, c.n)
 	var last []byte
 	for i := range c.n {
 		v := c.cols[c.agentCol].bytes(i)
 		if i > 0 && string(v) == string(last) {
-			c.agentOf[i] = c.agentOf[i-1]
+			if c.agentOf != nil {
+				c.agentOf[i] = c.agentOf[i-1]
+			}
 			continue
 		}
 		last = v
@@ -169,7 +172,12 @@ func (c *Chunk) internAgents() error {
 			k = len(c.agents)
 			c.agents = append(c.agents, string(v))
 		}
-		c.agentOf[i] = uint16(k)
+		if k > 0 && c.agentOf == nil {
+			c.agentOf = make([]uint16, c.n) // rows before i: agents[0]
+		}
+		if c.agentOf != nil {
+			c.agentOf[i] = uint16(k)
+		}
 	}
 	return nil
 }
@@ -279,6 +287,9 @@ func (r Row) Node() string {
 func (r Row) AgentID() string {
 	if r.c.agentCol < 0 {
 		return ""
+	}
+	if r.c.agentOf == nil {
+		return r.c.agents[0]
 	}
 	return r.c.agents[r.c.agentOf[r.i]]
 }

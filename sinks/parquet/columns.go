@@ -3,6 +3,7 @@ package parquet
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	pq "github.com/parquet-go/parquet-go"
 
@@ -68,6 +69,10 @@ type columnWriter struct {
 	one    [1]pq.Value
 	i64    []int64
 	i32    []int32
+	// pageIndices is the most ids a dictionary page holds before its
+	// cut: the page buffer's size in int32 ids plus one step, which
+	// WriteRowValues may add past the limit before it cuts.
+	pageIndices int
 	// valuePath writes every value as a pq.Value (dictionary columns
 	// through Dictionary.Insert): the path the direct paths are checked
 	// against.
@@ -102,6 +107,11 @@ func newColumnWriter(out io.Writer, t *schemas.Table[schemas.Row], wopts []pq.Wr
 	sch := t.ParquetSchema()
 	w := pq.NewGenericWriter[any](out, append([]pq.WriterOption{sch}, wopts...)...)
 	cw := &columnWriter{w: w, vals: make([]pq.Value, 0, columnStep), ix: newDictIndexer()}
+	pageBytes := pq.DefaultPageBufferSize
+	if cfg, err := pq.NewWriterConfig(wopts...); err == nil {
+		pageBytes = cfg.PageBufferSize
+	}
+	cw.pageIndices = pageBytes/4 + columnStep
 	pos := map[string]int{}
 	for k, c := range t.Columns() {
 		pos[c.Name] = k
@@ -217,6 +227,11 @@ func (c *columnWriter) writeIndices(cw *pq.ColumnWriter, p, k int, part []schema
 	}
 	m := &c.remaps[p]
 	out := *idx
+	if need := len(out) + len(part); need > cap(out) {
+		// Grown once to a whole page: append's small steps would
+		// allocate the page's ids several times over.
+		out = slices.Grow(out, max(need, c.pageIndices)-len(out))
+	}
 	if run != nil {
 		if m.chunk != run {
 			m.reset(run, k)

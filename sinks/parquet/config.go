@@ -181,9 +181,9 @@ func Codec(name string) (compress.Codec, error) { return codecFor(name) }
 func codecFor(name string) (compress.Codec, error) {
 	switch name {
 	case CompressionZstd:
-		return &zstd.Codec{Level: zstd.SpeedFastest}, nil
+		return newZstdCodec(zstd.SpeedFastest), nil
 	case CompressionZstdDefault:
-		return &zstd.Codec{Level: zstd.SpeedDefault}, nil
+		return newZstdCodec(zstd.SpeedDefault), nil
 	case CompressionSnappy:
 		return &snappy.Codec{}, nil
 	case CompressionNone:

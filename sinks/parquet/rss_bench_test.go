@@ -362,6 +362,7 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 	var peakRSS, peakHeap uint64
 	var diskBytes int64
 	var cpu time.Duration
+	var allocated uint64
 	var pool *schemas.BufferPool
 	for b.Loop() {
 		b.StopTimer()
@@ -409,6 +410,8 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 		stop := make(chan struct{})
 		heapDone := make(chan uint64)
 		go func() { heapDone <- sampleHeapPeak(stop) }()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		cpu0 := cpuTime()
 		b.StartTimer()
 
@@ -418,6 +421,8 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 
 		b.StopTimer()
 		cpu += cpuTime() - cpu0
+		runtime.ReadMemStats(&m1)
+		allocated += m1.TotalAlloc - m0.TotalAlloc
 		close(stop)
 		peakHeap = max(peakHeap, <-heapDone)
 		peakRSS = max(peakRSS, vmHWM(b))
@@ -435,6 +440,7 @@ func benchCollectorRSS(b *testing.B, cb collectorBench) {
 	b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(diskBytes)/float64(nmsg*rssBatch), "B/record")
+	b.ReportMetric(float64(allocated)/n, "alloc_B/record") // what the collector's GC pays for
 	if writes > 0 {
 		b.ReportMetric(float64(diskBytes)/float64(writes)/1024, "KiB/write")
 	}

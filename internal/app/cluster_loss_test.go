@@ -27,7 +27,8 @@ func keepOnFailure(t testing.TB, dir string) {
 		if !t.Failed() {
 			return
 		}
-		keep, err := os.MkdirTemp("", "tapflow-"+t.Name()+"-failed-")
+		// Sub-test names hold '/', which MkdirTemp refuses in a pattern.
+		keep, err := os.MkdirTemp("", "tapflow-"+strings.ReplaceAll(t.Name(), "/", "_")+"-failed-")
 		if err != nil {
 			t.Logf("cannot keep the logs of the failed run: %v", err)
 			return

@@ -76,11 +76,11 @@ func TestMemoryBounded(t *testing.T) {
 				r.send(a.batch(int64(i+1), recs))
 				if i%16 == 15 {
 					r.sync(t)
-					maxGrowth = max(maxGrowth, int64(liveHeap())-int64(before))
+					maxGrowth = max(maxGrowth, settledGrowth(before))
 				}
 			}
 			r.sync(t)
-			maxGrowth = max(maxGrowth, int64(liveHeap())-int64(before))
+			maxGrowth = max(maxGrowth, settledGrowth(before))
 			if tc.open {
 				if ok, failed := a.state(); ok+failed != 0 {
 					t.Fatalf("%d batches acked before the commit; want none (the file is open)", ok+failed)

@@ -188,9 +188,9 @@ func TestRowsDedupe(t *testing.T) {
 }
 
 // settledGrowth is the live heap's growth since before, the least of
-// three samples 20 ms apart: a sample can land while the sink is rolling a
-// file (the next file's writers allocated before the last one's are let
-// go), which passes; memory the sink keeps stays in every sample.
+// three samples 20 ms apart: a sample can land while the sink is in the
+// middle of a roll and read a transient that the next one no longer
+// sees; memory the sink keeps stays in every sample.
 func settledGrowth(before uint64) int64 {
 	g := int64(liveHeap()) - int64(before)
 	for range 2 {

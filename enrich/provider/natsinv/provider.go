@@ -2,6 +2,7 @@ package natsinv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,10 @@ type Provider struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	updates   chan struct{}
+
+	// lagging, in tests, wraps the store so its head read lags the
+	// announcements as the server's can (a stand-in for timing alone).
+	lagging func(jetstream.ObjectStore) jetstream.ObjectStore
 }
 
 // Update results counted in tapflow_inventory_updates_total{result}.
@@ -220,14 +225,32 @@ func (p *Provider) watch(ctx context.Context) error {
 	var st jetstream.Stream
 	t := time.NewTicker(p.opts.Resync)
 	defer t.Stop()
+	// The server hands a put's announcement to subscribers before its
+	// stream has stored it, so the head read that follows can still show
+	// the version before: the announced version is read again shortly
+	// rather than at the next resync.
+	var lag announceLag
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		if obs == nil {
 			if obs, st, err = open(ctx, js); err != nil {
 				return err
 			}
+			if p.lagging != nil {
+				obs = p.lagging(obs)
+			}
 		}
 		if err := p.syncWith(ctx, obs, st); err != nil {
 			return err
+		}
+		if d, again := lag.next(p.heldVersion()); again {
+			retry.Reset(d)
+		} else if lag.gaveUp() {
+			p.log.Warn("an announced inventory version is not in the store; the resync reads the head again",
+				"announced", lag.version, "held", p.heldVersion(), "resync", p.opts.Resync)
+			lag = announceLag{}
 		}
 	wait:
 		select {
@@ -240,10 +263,77 @@ func (p *Provider) watch(ctx context.Context) error {
 			if m.Subject == transport.InventoryCurrentSubject && p.touch(m) {
 				goto wait
 			}
+			if m.Subject == transport.InventoryMetaSubject {
+				lag.announced(announcedVersion(m.Data))
+			}
+		case <-retry.C:
 		case <-t.C:
 			p.persistDirty()
 		}
 	}
+}
+
+// heldVersion is the version held (0 before the first).
+func (p *Provider) heldVersion() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil {
+		return 0
+	}
+	return p.cur.Version
+}
+
+// announceLag paces the re-reads of the head after an announcement of a
+// version the head did not show yet: announceRetries reads, the first
+// announceRetryFirst after, each wait twice the last.
+type announceLag struct {
+	version  uint64 // newest version announced and not yet held; 0: none
+	attempts int
+}
+
+const (
+	announceRetries    = 8
+	announceRetryFirst = 25 * time.Millisecond
+)
+
+// announced notes a version an announcement named (0: unreadable).
+func (l *announceLag) announced(v uint64) {
+	if v > l.version {
+		*l = announceLag{version: v}
+	}
+}
+
+// next reports whether to read the head again, and after how long,
+// given the version now held.
+func (l *announceLag) next(held uint64) (time.Duration, bool) {
+	if l.version == 0 || held >= l.version {
+		*l = announceLag{}
+		return 0, false
+	}
+	if l.attempts >= announceRetries {
+		return 0, false
+	}
+	d := announceRetryFirst << l.attempts
+	l.attempts++
+	return d, true
+}
+
+// gaveUp: every re-read was made and the version is still not held.
+func (l *announceLag) gaveUp() bool { return l.version != 0 && l.attempts >= announceRetries }
+
+// announcedVersion is the snapshot version an announcement names: the
+// message is the object's info (JSON) and the version is in its headers.
+// 0 when it names none (not ours, or damaged): the head read decides.
+func announcedVersion(data []byte) uint64 {
+	var info jetstream.ObjectInfo
+	if json.Unmarshal(data, &info) != nil {
+		return 0
+	}
+	m, err := meta(info.Headers)
+	if err != nil {
+		return 0
+	}
+	return m.Version
 }
 
 // touch applies a "still current" note for the version held; false when

@@ -3,10 +3,12 @@ package natsinv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -357,4 +359,166 @@ func TestAgeFollowsReadsOfAnUnchangedCloud(t *testing.T) {
 	if a.p.Current().Version != 1 {
 		t.Fatalf("version %d", a.p.Current().Version)
 	}
+}
+
+// staleHead is the real store whose head read returns the version before
+// for the next stale reads: what an agent reads when the server delivers
+// a put's announcement before its stream has stored the put.
+type staleHead struct {
+	jetstream.ObjectStore
+	mu    sync.Mutex
+	old   *jetstream.ObjectInfo // the head before the put
+	stale int                   // head reads left that return old
+	reads int                   // head reads since armed
+}
+
+func (s *staleHead) arm(old *jetstream.ObjectInfo, stale int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.old, s.stale, s.reads = old, stale, 0
+}
+
+func (s *staleHead) GetInfo(ctx context.Context, name string, opts ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
+	s.mu.Lock()
+	s.reads++
+	old := s.old
+	if s.stale > 0 && old != nil {
+		s.stale--
+		s.mu.Unlock()
+		return old, nil
+	}
+	s.mu.Unlock()
+	return s.ObjectStore.GetInfo(ctx, name, opts...)
+}
+
+func (s *staleHead) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+// TestAnnouncementAheadOfTheStore: the server hands a put's announcement
+// to subscribers before its stream stores the put, so the head read the
+// announcement triggers can still show the version before (seen in CI: a
+// targeted lookup's answer waited 30 s for the resync). The agent reads
+// the head again shortly, a bounded number of times; the resync (1 h
+// here) is not what brings the new version.
+func TestAnnouncementAheadOfTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stale     int  // head reads after the put that still show the version before
+		reached   bool // version 2 held without a resync
+		wantReads int  // head reads after the put; 0: not checked
+	}{
+		{name: "store in step", stale: 0, reached: true},
+		{name: "store one read behind", stale: 1, reached: true},
+		{name: "store three reads behind", stale: 3, reached: true, wantReads: 4},
+		{name: "store never catches up", stale: 1 << 20, reached: false, wantReads: 1 + announceRetries},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.publish(cloud(20))
+			old, err := e.obs.GetInfo(context.Background(), transport.InventoryObject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			p, err := NewProvider(e.srv.NC, Options{StatePath: filepath.Join(t.TempDir(), "inventory.snapshot"), Resync: time.Hour,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			head := &staleHead{}
+			p.lagging = func(o jetstream.ObjectStore) jetstream.ObjectStore { head.ObjectStore = o; return head }
+			a := &agent{p: p}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = p.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			a.pollFor(t, 1)
+			// the watch is up once it has read the head (the subscriptions come first)
+			for deadline := time.Now().Add(wait); head.readCount() == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the watch never read the head")
+				}
+			}
+			head.arm(old, tc.stale)
+			e.publish(cloud(30))
+
+			// every re-read is made within announceRetryFirst × 2^announceRetries
+			budget := announceRetryFirst<<announceRetries + 2*time.Second
+			deadline := time.Now().Add(budget)
+			for p.heldVersion() != 2 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := p.heldVersion() == 2; got != tc.reached {
+				t.Fatalf("version 2 held after %s: %v, want %v (head reads %d)", budget, got, tc.reached, head.readCount())
+			}
+			if tc.wantReads != 0 {
+				time.Sleep(3 * announceRetryFirst) // nothing more is read
+				if n := head.readCount(); n != tc.wantReads {
+					t.Errorf("head read %d times after the put; want %d", n, tc.wantReads)
+				}
+			}
+			gaveUp := strings.Contains(logs.String(), "an announced inventory version is not in the store")
+			if gaveUp == tc.reached {
+				t.Errorf("warning logged %v; want %v:\n%s", gaveUp, !tc.reached, logs.String())
+			}
+		})
+	}
+}
+
+// TestAnnouncedVersion: the version an announcement names, 0 for what is
+// not one of ours.
+func TestAnnouncedVersion(t *testing.T) {
+	info := func(h nats.Header) []byte {
+		b, err := json.Marshal(jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: transport.InventoryObject, Headers: h}, NUID: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good := nats.Header{}
+	good.Set(hdrFormat, Format)
+	good.Set(hdrVersion, "7")
+	good.Set(hdrFetched, time.Unix(1700000000, 0).UTC().Format(time.RFC3339Nano))
+	wrongFormat := nats.Header{}
+	for k, v := range good {
+		wrongFormat[k] = v
+	}
+	wrongFormat.Set(hdrFormat, "other")
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want uint64
+	}{
+		{"ours", info(good), 7},
+		{"another format", info(wrongFormat), 0},
+		{"no headers", info(nil), 0},
+		{"not JSON", []byte("\x00\xff"), 0},
+		{"empty", nil, 0},
+		{"headers of the wrong type", []byte(`{"headers":"x"}`), 0},
+	} {
+		if got := announcedVersion(tc.data); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger and the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -26,14 +26,24 @@ import (
 )
 
 // countingSource is the file provider, counting its reads of the file.
+// With firstDone set, the first read lists the file and then waits for
+// firstDone to close before it returns (an openstack cold start).
 type countingSource struct {
-	f     *inventory.File
-	polls atomic.Int64
+	f         *inventory.File
+	polls     atomic.Int64
+	firstDone chan struct{}
 }
 
-func (s *countingSource) Poll(context.Context) (*inventory.Inventory, bool, error) {
-	s.polls.Add(1)
-	return s.f.Poll()
+func (s *countingSource) Poll(ctx context.Context) (*inventory.Inventory, bool, error) {
+	n := s.polls.Add(1)
+	inv, changed, err := s.f.Poll()
+	if n == 1 && s.firstDone != nil {
+		select {
+		case <-s.firstDone:
+		case <-ctx.Done():
+		}
+	}
+	return inv, changed, err
 }
 
 // startLookupService runs the service with inventory.refresh 1 h: only
@@ -45,6 +55,11 @@ func startLookupService(t *testing.T, js interface{ Conn() *nats.Conn }, srv *tr
 		t.Fatal(err)
 	}
 	src := &countingSource{f: f}
+	return startLookupServiceOn(t, srv, src, lo), src
+}
+
+func startLookupServiceOn(t *testing.T, srv *transporttest.Server, src *countingSource, lo lookup.ServerOptions) *Service {
+	t.Helper()
 	s, err := New(Config{Instance: "svc", Lease: 2 * time.Second, PollInterval: time.Hour, Lookup: lo,
 		Guard: inventory.DropGuard{MaxDrop: 0.1, ConfirmReads: 3}}, src, srv.JS, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
@@ -54,7 +69,47 @@ func startLookupService(t *testing.T, js interface{ Conn() *nats.Conn }, srv *tr
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return s, src
+	return s
+}
+
+// TestLookupDuringTheFirstRead: a lookup that arrives while the service's
+// first read of the cloud is under way (an openstack cold start takes
+// minutes) is served by a second read when the first ends: the first may
+// have listed the cloud before the port asked about appeared. Before, the
+// lookup was dropped and the agent waited for its next ask.
+func TestLookupDuringTheFirstRead(t *testing.T) {
+	srv := transporttest.Run(t, "")
+	path := filepath.Join(t.TempDir(), "inv.yaml")
+	writeCloud(t, path, 10)
+	f, err := inventory.NewFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingSource{f: f, firstDone: make(chan struct{})}
+	svc := startLookupServiceOn(t, srv, src, lookup.ServerOptions{})
+	waitUntil(t, "the first read under way", func() bool { return src.polls.Load() == 1 })
+	writeCloud(t, path, 11) // the port appears after the first read listed the cloud
+
+	nc := connect(t, srv)
+	var reply *nats.Msg
+	waitUntil(t, "the lookup answered", func() bool { // the subscription comes up with the lease
+		reply, err = nc.Request(transport.InventoryLookupSubject, []byte("fa:16:3e:00:00:0a"), 2*time.Second)
+		return err == nil
+	})
+	if got := string(reply.Data); got != lookup.ReplyQueried {
+		t.Fatalf("reply %q, want %q", got, lookup.ReplyQueried)
+	}
+	if n := src.polls.Load(); n != 1 {
+		t.Fatalf("%d reads before the first ended; want 1", n)
+	}
+	close(src.firstDone)
+	headWith(t, srv.JS, 11)
+	if n := src.polls.Load(); n != 2 {
+		t.Errorf("%d reads; want 2: the first, and one for the lookup", n)
+	}
+	if g := testutil.ToFloat64(svc.lookups.Total(lookup.ReplyQueried)); g != 1 {
+		t.Errorf("serve lookups{queried} %v", g)
+	}
 }
 
 func waitUntil(t *testing.T, what string, f func() bool) {

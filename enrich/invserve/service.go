@@ -304,6 +304,9 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 		defer close(polled)
 		s.step(lctx, obs, false)
 	}()
+	// again: a read was asked for while the first was under way, which
+	// may have listed the cloud before the change asked about.
+	again := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -316,8 +319,14 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 			continue
 		case <-polled:
 			polled = nil
-			continue
+			if !again {
+				continue
+			}
+			again = false
 		case <-poll.C:
+			if polled != nil {
+				continue // the first read is this one
+			}
 		case <-updates:
 		case <-s.lookup:
 			if refresher != nil { // openstack: a pass now; Updates signals its end
@@ -330,9 +339,11 @@ func (s *Service) lead(ctx context.Context, lease *natsinv.Lease, obs jetstream.
 			}
 			continue
 		}
-		if polled == nil {
-			s.step(lctx, obs, false)
+		if polled != nil {
+			again = true
+			continue
 		}
+		s.step(lctx, obs, false)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/tapflow/tapflow/internal/app"
 	"github.com/tapflow/tapflow/internal/config"
 	"github.com/tapflow/tapflow/internal/obs"
+	"github.com/tapflow/tapflow/internal/testkit/nslab"
 	"github.com/tapflow/tapflow/internal/testkit/prereq"
 	"github.com/tapflow/tapflow/lab"
 	"github.com/tapflow/tapflow/schemas"
@@ -265,14 +266,14 @@ func TestDownAfterCrash(t *testing.T) {
 	}
 	// Nothing the lab made may be left in the host namespace. Compare names,
 	// not counts: other test packages run in parallel and create and remove
-	// their own devices (internal/testkit/nslab's are named nsl*/tap<lab-id>*).
+	// their own devices (internal/testkit/nslab's bridges and taps).
 	had := map[string]bool{}
 	for _, e := range before {
 		had[e.Name()] = true
 	}
 	after, _ := os.ReadDir("/sys/class/net")
 	for _, e := range after {
-		if !had[e.Name()] && !strings.HasPrefix(e.Name(), "nsl") {
+		if !had[e.Name()] && !nslab.IsHostDevice(e.Name()) {
 			t.Errorf("host interface %s appeared during the lab's life and is still there", e.Name())
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -65,6 +66,15 @@ func New(t testing.TB) *Lab {
 
 // Glob matches exactly this lab's taps.
 func (l *Lab) Glob() string { return "tap" + l.ID + "*" }
+
+// hostDevice matches the host-side devices any Lab makes: its bridge
+// (brt<id>) and its taps (tap<id><n>), id five hex digits.
+var hostDevice = regexp.MustCompile(`^(brt[0-9a-f]{5}|tap[0-9a-f]{5}[0-9]{1,3})$`)
+
+// IsHostDevice reports whether name is a host device a Lab names so, for
+// tests that watch the host's devices while other packages' labs come
+// and go. Nova's taps (tap + 11 characters of the port id) never match.
+func IsHostDevice(name string) bool { return hostDevice.MatchString(name) }
 
 // AddVM creates VM n (1..250) with address 10.213.<x>.n/24 on the bridge.
 // bridged=false leaves the tap outside the bridge (for attach-only tests).

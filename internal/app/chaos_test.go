@@ -175,6 +175,7 @@ func runChaos(t *testing.T, r chaosRun, kills int, cut time.Duration) {
 	}
 	bin, natsBin := chaosBinaries(t)
 	dir := t.TempDir()
+	keepOnFailure(t, dir)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TAPFLOW_CHAOS_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)

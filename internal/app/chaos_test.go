@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,6 +147,9 @@ type chaosRun struct {
 	outputYAML string
 	env        []string
 	readOutput func(t *testing.T) []schemas.Flow
+	// outputDir, when the output is local: its files' tapflow.batch_seqs
+	// are read to follow a lost batch.
+	outputDir string
 	// outage, when set, is called at the given kill index to break and
 	// repair the output store (S3 down then up).
 	outage func(t *testing.T, i int)
@@ -262,13 +267,22 @@ log:
 	}
 	defer nc.Close()
 	ajs, _ := jetstream.New(nc)
-	rt := &runtime{log: quiet, reg: obs.NewRegistry(), nc: nc, js: ajs, pm: pipeline.NewMetrics(nil)}
+	// The agent logs at debug to a file kept with a failed run: one line
+	// per batch JetStream acknowledged, to follow a lost batch.
+	agentLogPath := filepath.Join(dir, "agent.log")
+	agentLogFile, err := os.OpenFile(agentLogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentLogFile.Close()
+	alog := slog.New(slog.NewJSONHandler(agentLogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rt := &runtime{log: alog, reg: obs.NewRegistry(), nc: nc, js: ajs, pm: pipeline.NewMetrics(nil)}
 	a, err := newAgent(acfg, rt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	count := &chaosCounter{}
-	a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent", ShutdownTimeout: 60 * time.Second}, a.source, []pipeline.Transform{a.engine, count}, a.sink, nil, quiet)
+	a.runner, err = pipeline.NewRunner(pipeline.Config{Name: "agent", ShutdownTimeout: 60 * time.Second}, a.source, []pipeline.Transform{a.engine, count}, a.sink, nil, alog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +433,7 @@ log:
 			rejected += countLog(c.LogPath(), "message rejected and moved to the dead-letter subject")
 			died += countLog(c.LogPath(), "the previous collector process died while decoding a message")
 		}
+		reportLostBatches(t, agentLogPath, rows, r.outputDir)
 		t.Fatalf("not exactly once: %d rows, %d duplicates, %d lost, bytes %d want %d; collector log lines: %d poison, %d dead-lettered, %d starts after a death while decoding; collector logs %s",
 			len(rows), dups, lost, bytes, count.bytes.Load(), poison, rejected, died, logs())
 	}
@@ -451,6 +466,54 @@ log:
 		t.Fatalf("the agent spooled nothing while cut from NATS for %s", cut)
 	}
 	_ = testutil.ToFloat64
+}
+
+// reportLostBatches logs, for each batch the agent's log says JetStream
+// acknowledged and the output holds fewer of its records than it sent,
+// its stream sequence and whether a committed file names that sequence
+// (tapflow.batch_seqs): a sequence no file names was never written (or
+// skipped as committed); one a file names lost rows inside the sink.
+func reportLostBatches(t *testing.T, agentLog string, rows []schemas.Flow, out string) {
+	t.Helper()
+	l, err := readAgentLog(agentLog)
+	if err != nil {
+		t.Logf("lost batches: agent log: %v", err)
+		return
+	}
+	have := map[int64]int{}
+	for _, r := range rows {
+		have[r.BatchSeq]++
+	}
+	var files map[uint64]struct{}
+	if out != "" {
+		if files, err = committedStreamSeqs(out); err != nil {
+			t.Logf("lost batches: reading tapflow.batch_seqs: %v", err)
+		}
+	}
+	seqs := slices.Sorted(maps.Keys(l.acked))
+	short := 0
+	for _, seq := range seqs {
+		b := l.acked[seq]
+		if have[seq] >= b.records {
+			continue
+		}
+		short++
+		named := "not read"
+		if files != nil {
+			_, ok := files[b.streamSeq]
+			named = strconv.FormatBool(ok)
+		}
+		t.Logf("lost batch: batch_seq %d, %d of %d records in the output, acked at %s as stream seq %d; a committed file names that stream seq: %s",
+			seq, have[seq], b.records, b.at, b.streamSeq, named)
+	}
+	var unacked []int64
+	for seq := range have {
+		if _, ok := l.acked[seq]; !ok {
+			unacked = append(unacked, seq)
+		}
+	}
+	t.Logf("lost batches: %d acked batches short in the output (of %d acked); %d batch_seqs in the output with no ack line",
+		short, len(l.acked), len(unacked))
 }
 
 func gatherCounter(reg prometheus.Gatherer, name string) float64 {
@@ -562,7 +625,7 @@ func TestChaosCollectorKilled(t *testing.T) {
 				r.stockNATS = bin
 			}
 			out := t.TempDir()
-			r.outputYAML, r.readOutput = "  output: "+out, readLocalOutput(out)
+			r.outputYAML, r.readOutput, r.outputDir = "  output: "+out, readLocalOutput(out), out
 			runChaos(t, r, tc.kills, tc.cut)
 		})
 	}

@@ -83,6 +83,7 @@ type PublisherOf[T any] struct {
 	spoolLog transport.RateLog
 	fullLog  transport.RateLog
 	full     atomic.Bool // the last publish attempt found the stream full
+	recent   recentAcks  // acknowledged in the last resendWindow (resend.go)
 }
 
 type metrics struct {
@@ -95,6 +96,7 @@ type metrics struct {
 	latency   prometheus.Histogram
 	full      prometheus.Counter // tapflow_publish_refused_total{stream,reason="stream_full"}
 	collide   prometheus.Counter
+	resent    prometheus.Counter
 }
 
 func newMetrics(prefix, noun string) metrics {
@@ -108,6 +110,7 @@ func newMetrics(prefix, noun string) metrics {
 		retries:   c("retries_total", "Publish attempts of "+noun+" that failed and were retried."),
 		dupes:     c("duplicates_total", "Publishes of "+noun+" JetStream reported as duplicates (a retry after a lost ack)."),
 		splits:    c("splits_total", noun+" split in two because their message exceeded the server's max_payload."),
+		resent:    c("resent_total", noun+" JetStream had acknowledged, published again after the connection came back (a stopping server may drop what it acknowledged last; the stream drops what it kept as duplicates)."),
 		collide:   c("id_collisions_total", "First publishes of "+noun+" JetStream reported as duplicates: another publisher used the Nats-Msg-Id first (a forgery, or two agents with one agent.id); each was republished under a new batch_seq."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: prefix + "seconds", Help: "Time from publish to JetStream ack of " + noun + ".",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -115,7 +118,7 @@ func newMetrics(prefix, noun string) metrics {
 }
 
 func (m metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency, m.collide}
+	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency, m.collide, m.resent}
 }
 
 // New returns the flow publisher: NewFor(js, Flows, opts).
@@ -226,6 +229,7 @@ func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]
 		}
 	}
 	if stopReplay != nil && runErr == nil {
+		p.resendAfterReconnect(ctx)
 		p.waitDrained(ctx)
 		stopReplay()
 		if n, bytes := p.sp.Pending(); n > 0 {
@@ -315,11 +319,12 @@ func (p *PublisherOf[T]) payloadLimit() int64 {
 // (one attempt), else — or when that attempt fails — into the spool.
 // Without a spool it retries until JetStream acks or ctx ends.
 func (p *PublisherOf[T]) publish(ctx context.Context, seq int64, body []byte, records int) error {
+	p.resendAfterReconnect(ctx)
 	msg := &nats.Msg{Subject: p.subject, Data: body,
 		Header: transport.BatchHeader(p.enc.Schema(), p.enc.Codec(), p.opts.AgentID, seq, records)}
 	id := p.opts.AgentID + "-" + strconv.FormatInt(seq, 10)
 	if p.sp == nil {
-		return p.publishRetry(ctx, msg, id, records)
+		return p.publishRetry(ctx, msg, id, records, true)
 	}
 	// Only Run appends, so an empty spool stays empty until we append:
 	// publishing directly now cannot overtake a spooled batch.
@@ -376,6 +381,7 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 	if ack.Duplicate && first {
 		return fmt.Errorf("publish %s: %w", id, errIDCollision)
 	}
+	p.recent.add(time.Now(), p.js.Conn().Stats().Reconnects, msg, id, records)
 	p.m.latency.Observe(time.Since(start).Seconds())
 	p.m.published.Inc()
 	p.m.records.Add(float64(records))
@@ -392,12 +398,13 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 	return nil
 }
 
-// publishRetry retries until JetStream acks or ctx (the hard stop) ends.
-func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id string, records int) error {
+// publishRetry retries until JetStream acks or ctx (the hard stop) ends;
+// first: the batch was never sent before (see publishOnce).
+func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id string, records int, first bool) error {
 	delay := 100 * time.Millisecond
 	var lastLog time.Time
 	for attempt := 1; ; attempt++ {
-		err := p.publishOnce(ctx, msg, id, records, attempt == 1)
+		err := p.publishOnce(ctx, msg, id, records, first && attempt == 1)
 		if err == nil || errors.Is(err, errIDCollision) {
 			return err
 		}
@@ -413,5 +420,44 @@ func (p *PublisherOf[T]) publishRetry(ctx context.Context, msg *nats.Msg, id str
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// resendAfterReconnect publishes again, when the connection has come back
+// since the last look, what JetStream acknowledged in the resendWindow
+// before (resend.go): into the spool, which replays it oldest first, or
+// without one, straight to JetStream until acked. Run's goroutine only:
+// an empty spool stays empty until Run appends.
+func (p *PublisherOf[T]) resendAfterReconnect(ctx context.Context) {
+	nc := p.js.Conn()
+	if nc == nil {
+		return
+	}
+	again := p.recent.acknowledgedBefore(nc.Stats().Reconnects)
+	if len(again) == 0 {
+		return
+	}
+	records := 0
+	for _, a := range again {
+		records += a.records
+	}
+	p.log.Info("connection to NATS back; publishing again the batches acknowledged just before it was lost (a stopping server may drop what it acknowledged last)",
+		"batches", len(again), "records", records, "window", resendWindow)
+	p.m.resent.Add(float64(len(again)))
+	for _, a := range again {
+		e := &spool.Entry{Seq: a.seq, Created: a.at, Records: a.records, MsgID: a.id, Subject: a.subject, Body: a.body}
+		if p.sp == nil {
+			msg := &nats.Msg{Subject: e.Subject, Data: e.Body, Header: p.spooledHeader(e)}
+			if err := p.publishRetry(ctx, msg, e.MsgID, e.Records, false); err != nil {
+				p.log.Warn("batch not published again; JetStream acknowledged it before", "msg_id", a.id, "err", err)
+			}
+			continue
+		}
+		if err := p.sp.Append(e); err != nil {
+			p.log.Warn("batch not published again: the spool refused it; JetStream acknowledged it before", "msg_id", a.id, "err", err)
+		}
+	}
+	if p.sp != nil {
+		p.wake()
 	}
 }

@@ -50,3 +50,22 @@ func SetEncodePool(p *BufferPool) (restore func()) {
 	encodeBuffers = p
 	return func() { encodeBuffers = old }
 }
+
+// IdleArenas is the number of column arenas e keeps between messages.
+func (e *EncoderOf[T]) IdleArenas() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.idle)
+}
+
+// TakeArenas takes n arenas as n concurrent messages would and returns
+// them.
+func (e *EncoderOf[T]) TakeArenas(n int) {
+	as := make([]*colArena, n)
+	for i := range as {
+		as[i] = e.takeArena()
+	}
+	for _, a := range as {
+		e.putArena(a)
+	}
+}

@@ -66,8 +66,38 @@ type EncoderOf[T any] struct {
 	codec string
 	form  wireForm
 	plain sync.Pool // *bytes.Buffer for the uncompressed stream
-	// arenas: *colArena, the column buffers of one message each.
-	arenas sync.Pool
+	// idle are column arenas (the buffers of one message each) between
+	// messages, at most maxIdleArenas. Not a sync.Pool: its per-P slots
+	// made an agent that encodes one message at a time keep an arena per
+	// P and more after each GC, each sized for a whole batch.
+	mu   sync.Mutex
+	idle []*colArena
+}
+
+// maxIdleArenas bounds the arenas an encoder keeps: a publisher encodes
+// one message at a time; a second covers a concurrent caller.
+const maxIdleArenas = 2
+
+func (e *EncoderOf[T]) takeArena() *colArena {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n := len(e.idle); n > 0 {
+		a := e.idle[n-1]
+		e.idle[n-1] = nil
+		e.idle = e.idle[:n-1]
+		return a
+	}
+	return new(colArena)
+}
+
+// putArena keeps a for a later message, or drops it when maxIdleArenas
+// are idle already.
+func (e *EncoderOf[T]) putArena(a *colArena) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.idle) < maxIdleArenas {
+		e.idle = append(e.idle, a)
+	}
 }
 
 // NewEncoder returns a flow.v1 Encoder for codec (see ValidCodec).
@@ -138,12 +168,9 @@ func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 
 func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	a, _ := e.arenas.Get().(*colArena)
-	if a == nil {
-		a = new(colArena)
-	}
+	a := e.takeArena()
 	a.reset()
-	defer e.arenas.Put(a) // after rec's release and the writer's close
+	defer e.putArena(a) // after rec's release and the writer's close
 	rec := e.t.toArrow(recs, e.form, a)
 	defer rec.Release()
 	// arrow-go allocates each compressed buffer at its worst-case size

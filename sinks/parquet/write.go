@@ -32,8 +32,12 @@ func (s *Sink[T]) write(b *pipeline.BatchOf[T]) {
 	recs := b.Records
 	// Whatever becomes of b, its rows are not read after this write: the
 	// column writers copied what they took (and a retry is a redelivery,
-	// decoded anew).
-	defer s.release(recs)
+	// decoded anew). b lets go of them too, so nothing can read recycled
+	// buffers through it.
+	defer func(all []T) {
+		b.Records = nil
+		s.release(all)
+	}(recs)
 	if len(recs) == 0 {
 		b.Ack(nil) // nothing to make durable
 		return

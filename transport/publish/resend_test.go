@@ -172,7 +172,10 @@ func TestResendAfterServerRestart(t *testing.T) {
 					missing = append(missing, seq)
 				}
 			}
-			resent := counterValue(t, reg, "tapflow_publish_resent_total")
+			resent, ok := gathered(t, reg, "tapflow_publish_resent_total", nil)
+			if !ok {
+				t.Fatal("no tapflow_publish_resent_total")
+			}
 			t.Logf("nats-server %s, %d graceful restarts: %d batches acknowledged, %d in the stream, %d published again after a reconnect",
 				version, restarts, len(acked), len(stored), int(resent))
 			if len(missing) > 0 {
@@ -212,20 +215,4 @@ func storedBatchSeqs(t *testing.T, js jetstream.JetStream) map[int64]bool {
 		out[bs] = true
 	}
 	return out
-}
-
-// counterValue reads the counter name from reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
 }

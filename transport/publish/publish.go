@@ -15,6 +15,10 @@
 // counted as lost (tapflow_spool_dropped_*), with a rate-limited log line.
 // Without a spool (meters: batches are small and the meter feed coalesces
 // what waits) a batch is retried in memory until JetStream acks it.
+//
+// What JetStream acknowledged in the last second before the connection was
+// lost is published again, with the same message ids, once it is back: a
+// stopping nats-server can drop what it acknowledged last (resend.go).
 package publish
 
 import (
@@ -237,6 +241,9 @@ func (p *PublisherOf[T]) Run(ctx context.Context, in <-chan *pipeline.BatchOf[T]
 		}
 	} else if stopReplay != nil {
 		stopReplay()
+	}
+	if stopReplay == nil && runErr == nil {
+		p.resendAfterReconnect(ctx) // a loss just before the input ended
 	}
 	return runErr
 }

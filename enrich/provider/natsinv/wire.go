@@ -118,18 +118,26 @@ var ErrBadMeta = errors.New("snapshot headers")
 
 // meta reads what headers wrote (Inv stays nil).
 func meta(h nats.Header) (Snapshot, error) {
-	if f := h.Get(hdrFormat); f != Format {
+	// The headers may come from JSON (an object's info, an announcement),
+	// where a key can hold an empty list: nats.Header.Get would panic.
+	get := func(k string) string {
+		if v := h[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	if f := get(hdrFormat); f != Format {
 		return Snapshot{}, fmt.Errorf("%w: format %q, this tapflow reads %q (run the same tapflow version for agents and service)", ErrBadMeta, f, Format)
 	}
-	v, err := strconv.ParseUint(h.Get(hdrVersion), 10, 64)
+	v, err := strconv.ParseUint(get(hdrVersion), 10, 64)
 	if err != nil || v == 0 {
-		return Snapshot{}, fmt.Errorf("%w: version %q is not a positive integer", ErrBadMeta, h.Get(hdrVersion))
+		return Snapshot{}, fmt.Errorf("%w: version %q is not a positive integer", ErrBadMeta, get(hdrVersion))
 	}
-	at, err := time.Parse(time.RFC3339Nano, h.Get(hdrFetched))
+	at, err := time.Parse(time.RFC3339Nano, get(hdrFetched))
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("%w: fetch time %q: %v", ErrBadMeta, h.Get(hdrFetched), err)
+		return Snapshot{}, fmt.Errorf("%w: fetch time %q: %v", ErrBadMeta, get(hdrFetched), err)
 	}
-	return Snapshot{Version: v, FetchedAt: at, Digest: h.Get(hdrDigest)}, nil
+	return Snapshot{Version: v, FetchedAt: at, Digest: get(hdrDigest)}, nil
 }
 
 // The local copy: magic, version, fetch time (Unix ns), digest length and

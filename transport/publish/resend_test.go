@@ -52,6 +52,8 @@ func TestResendAfterServerRestart(t *testing.T) {
 			t.Cleanup(func() { _ = srv.Close() })
 			cfg := transport.DefaultConfig()
 			cfg.URL = "nats://" + srv.Addr()
+			// Shorter than the default (so a publish stuck on a stopping
+			// server gives way to the spool within a restart cycle).
 			cfg.PublishTimeout = units.Duration(500 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

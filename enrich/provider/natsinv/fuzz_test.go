@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/gob"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -220,4 +221,35 @@ func TestDownloadChecksDeclaredSize(t *testing.T) {
 			t.Errorf("size %d: err %v", size, err)
 		}
 	}
+}
+
+// FuzzAnnouncedVersion: any announcement body (a plain subscription on the
+// meta subject: anyone allowed to publish there) yields a version or 0,
+// never a panic; a version only when the headers parse as the snapshot's.
+func FuzzAnnouncedVersion(f *testing.F) {
+	h := nats.Header{}
+	h.Set(hdrFormat, Format)
+	h.Set(hdrVersion, "9")
+	h.Set(hdrFetched, time.Unix(1700000000, 0).UTC().Format(time.RFC3339Nano))
+	good, err := json.Marshal(jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: transport.InventoryObject, Headers: h}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"headers":{"Tapflow-Version":["18446744073709551615"]}}`))
+	f.Add([]byte(`{"headers":"x"}`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v := announcedVersion(data)
+		if v == 0 {
+			return
+		}
+		var info jetstream.ObjectInfo
+		if err := json.Unmarshal(data, &info); err != nil {
+			t.Fatalf("version %d from a body that is not JSON: %v", v, err)
+		}
+		if m, err := meta(info.Headers); err != nil || m.Version != v {
+			t.Fatalf("version %d, headers say %d (%v)", v, m.Version, err)
+		}
+	})
 }

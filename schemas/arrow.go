@@ -34,7 +34,7 @@ type Table[T any] struct {
 	name   string
 	minor  int
 	cols   []columns.Column
-	encode func([]T, wireForm, *colArena) []arrow.Array
+	encode func([]T, *Identity, wireForm, *colArena) []arrow.Array
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
@@ -134,13 +134,13 @@ func (t *Table[T]) ParquetSchema() *parquet.Schema {
 // Dict columns' index types are the narrowest that hold each
 // dictionary, so the batch's schema may differ from ArrowSchema in
 // those. The caller releases it.
-func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, formDict, nil) }
+func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, nil, formDict, nil) }
 
 // toArrow builds the batch in a's buffers (nil: fresh ones); the batch
 // must be released before a is reused.
-func (t *Table[T]) toArrow(recs []T, form wireForm, a *colArena) arrow.RecordBatch {
+func (t *Table[T]) toArrow(recs []T, id *Identity, form wireForm, a *colArena) arrow.RecordBatch {
 	sc := t.ArrowSchema()
-	cols := t.encode(recs, form, a)
+	cols := t.encode(recs, id, form, a)
 	switch form {
 	case formPlain:
 		sc = t.plainSchema
@@ -459,6 +459,23 @@ func (c *dictColumn) release() {
 // dictScan is the dictionary size up to which add scans instead of
 // hashing.
 const dictScan = 8
+
+// fill adds v n times: a column with one value for the whole message.
+func (c *dictColumn) fill(v string, n int) {
+	if n == 0 {
+		return
+	}
+	if c.form == formPlain {
+		for range n {
+			c.s.add(v)
+		}
+		return
+	}
+	k := c.add(v)
+	for range n - 1 {
+		c.keys = append(c.keys, k)
+	}
+}
 
 func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 	c.form = form

@@ -4,7 +4,7 @@ import "github.com/apache/arrow-go/v18/arrow"
 
 // ToArrowWide is FlowTable.ToArrow in the int32 indices of agents before
 // narrow indices (WideIndices), for benchmarks.
-func ToArrowWide(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, formWide, nil) }
+func ToArrowWide(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, nil, formWide, nil) }
 
 // withForm is e in the given wire form.
 func (e *EncoderOf[T]) withForm(f wireForm) *EncoderOf[T] {
@@ -19,7 +19,7 @@ func (e *EncoderOf[T]) withForm(f wireForm) *EncoderOf[T] {
 
 // ToArrowPlain is FlowTable.ToArrow in plain utf8 (PlainStrings), for
 // benchmarks.
-func ToArrowPlain(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, formPlain, nil) }
+func ToArrowPlain(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, nil, formPlain, nil) }
 
 // IPDict is src_ip and dst_ip of recs built as dictionary columns (the
 // text path), for benchmarks: the wire sends them as plain utf8.

@@ -86,7 +86,9 @@ type Flow struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 33
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
+// With id the identity columns come from it (the rows' fields are not
+// read); without, from the rows.
+func encodeFlowColumns(recs []Flow, id *Identity, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
 	c0 := a.int64s(n)
 	c1 := a.int64s(n)
@@ -141,7 +143,7 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 	var c32 dictColumn
 	c32.reset(n, form, a)
 	var g0 dictGroup
-	g0.reset(7, form)
+	g0.reset(6, form)
 	var g1 dictGroup
 	g1.reset(7, form)
 	for i := range recs {
@@ -160,9 +162,12 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 		c16[i] = r.Bytes
 		c17.add(r.EndReason)
 		c25[i] = r.LBSegment
-		c27[i] = r.BatchSeq
-		c28[i] = r.RecordIndex
 		c29[i] = r.MetadataVersion
+		if id == nil {
+			c26.add(r.AgentID)
+			c27[i] = r.BatchSeq
+			c28[i] = r.RecordIndex
+		}
 		if g0.on {
 			var t [groupMax]groupKey
 			t[0] = strKey(r.Node)
@@ -175,7 +180,6 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 			t[3] = strKey(r.TenantID)
 			t[4] = strKey(r.ServerID)
 			t[5] = strKey(r.PortID)
-			t[6] = strKey(r.AgentID)
 			if k := g0.find(&t); k != nil {
 				c2.keys = append(c2.keys, k[0])
 				c3.keys = append(c3.keys, k[1])
@@ -183,7 +187,6 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 				c18.keys = append(c18.keys, k[3])
 				c19.keys = append(c19.keys, k[4])
 				c20.keys = append(c20.keys, k[5])
-				c26.keys = append(c26.keys, k[6])
 			} else {
 				var k [groupMax]int32
 				k[0] = c2.add(r.Node)
@@ -196,7 +199,6 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 				k[3] = c18.add(r.TenantID)
 				k[4] = c19.add(r.ServerID)
 				k[5] = c20.add(r.PortID)
-				k[6] = c26.add(r.AgentID)
 				g0.put(&t, &k)
 			}
 		} else {
@@ -210,7 +212,6 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 			c18.add(r.TenantID)
 			c19.add(r.ServerID)
 			c20.add(r.PortID)
-			c26.add(r.AgentID)
 		}
 		if g1.on {
 			var t [groupMax]groupKey
@@ -261,6 +262,15 @@ func encodeFlowColumns(recs []Flow, form wireForm, a *colArena) []arrow.Array {
 	}
 	g0.release()
 	g1.release()
+	if id != nil {
+		c26.fill(id.AgentID, n)
+		for i := range c27 {
+			c27[i] = id.BatchSeq
+		}
+		for i := range c28 {
+			c28[i] = int32(i)
+		}
+	}
 	return []arrow.Array{
 		timestampArray(c0),
 		timestampArray(c1),

@@ -46,7 +46,9 @@ type Meter struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 14
 // times); fixed-width columns are plain slices wrapped without copying.
-func encodeMeterColumns(recs []Meter, form wireForm, a *colArena) []arrow.Array {
+// With id the identity columns come from it (the rows' fields are not
+// read); without, from the rows.
+func encodeMeterColumns(recs []Meter, id *Identity, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
 	c0 := a.int64s(n)
 	c1 := a.int64s(n)
@@ -79,9 +81,20 @@ func encodeMeterColumns(recs []Meter, form wireForm, a *colArena) []arrow.Array 
 		c8[i] = r.LostBytes
 		c9[i] = r.FailedUpdates
 		c10[i] = r.SkippedNonIP
-		c11.add(r.AgentID)
-		c12[i] = r.BatchSeq
-		c13[i] = r.RecordIndex
+		if id == nil {
+			c11.add(r.AgentID)
+			c12[i] = r.BatchSeq
+			c13[i] = r.RecordIndex
+		}
+	}
+	if id != nil {
+		c11.fill(id.AgentID, n)
+		for i := range c12 {
+			c12[i] = id.BatchSeq
+		}
+		for i := range c13 {
+			c13[i] = int32(i)
+		}
 	}
 	return []arrow.Array{
 		timestampArray(c0),

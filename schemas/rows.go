@@ -68,7 +68,9 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row, form wireForm, _ *colArena) []arrow.Array { return encodeRows(t, rows, form) }
+	t.encode = func(rows []Row, id *Identity, form wireForm, _ *colArena) []arrow.Array {
+		return encodeRows(t, rows, id, form)
+	}
 	return t
 }
 
@@ -312,10 +314,35 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row, form wireForm) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.Array {
 	n := len(rows)
 	out := make([]arrow.Array, len(t.cols))
 	for k, col := range t.cols {
+		if id != nil {
+			// The batch's identity, as the generated encoders write it.
+			switch col.Name {
+			case "agent_id":
+				var d dictColumn
+				d.reset(n, form, nil)
+				d.fill(id.AgentID, n)
+				out[k] = d.array()
+				continue
+			case "batch_seq":
+				v := make([]int64, n)
+				for i := range v {
+					v[i] = id.BatchSeq
+				}
+				out[k] = int64Array(v)
+				continue
+			case "record_index":
+				v := make([]int32, n)
+				for i := range v {
+					v[i] = int32(i)
+				}
+				out[k] = int32Array(v)
+				continue
+			}
+		}
 		switch col.Kind {
 		case columns.Timestamp, columns.Int64:
 			v := make([]int64, n)

@@ -149,10 +149,30 @@ func (e *EncoderOf[T]) Codec() string { return e.codec }
 // value): flow.v1.
 func (e *EncoderOf[T]) Schema() string { return e.t.name }
 
-// Encode appends the encoded form of recs to dst and returns it.
+// Identity is one batch's record identity: the agent that publishes it
+// and its batch sequence number. A record's index is its position in the
+// batch.
+type Identity struct {
+	AgentID  string
+	BatchSeq int64
+}
+
+// Encode appends the encoded form of recs to dst and returns it; the
+// identity columns are the records' own.
 func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
+	return e.encode(dst, recs, nil)
+}
+
+// EncodeBatch is Encode of one batch whose identity columns are id's
+// (agent_id, batch_seq) and each record's position (record_index),
+// whatever the records' fields hold: a publisher stamps no record.
+func (e *EncoderOf[T]) EncodeBatch(dst []byte, recs []T, id Identity) ([]byte, error) {
+	return e.encode(dst, recs, &id)
+}
+
+func (e *EncoderOf[T]) encode(dst []byte, recs []T, id *Identity) ([]byte, error) {
 	if !e.zstd {
-		return e.encodeIPC(dst, recs)
+		return e.encodeIPC(dst, recs, id)
 	}
 	plain, _ := e.plain.Get().(*[]byte)
 	if plain == nil {
@@ -160,18 +180,18 @@ func (e *EncoderOf[T]) Encode(dst []byte, recs []T) ([]byte, error) {
 	}
 	defer e.plain.Put(plain)
 	var err error
-	if *plain, err = e.encodeIPC((*plain)[:0], recs); err != nil {
+	if *plain, err = e.encodeIPC((*plain)[:0], recs, id); err != nil {
 		return nil, err
 	}
 	return zstdEnc.EncodeAll(*plain, dst), nil
 }
 
-func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T) ([]byte, error) {
+func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T, id *Identity) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
 	a := e.takeArena()
 	a.reset()
 	defer e.putArena(a) // after rec's release and the writer's close
-	rec := e.t.toArrow(recs, e.form, a)
+	rec := e.t.toArrow(recs, id, e.form, a)
 	defer rec.Release()
 	// arrow-go allocates each compressed buffer at its worst-case size
 	// (most of the encoder's garbage); the arena takes them from

@@ -6,9 +6,11 @@ import (
 )
 
 // Kind describes one record type on the wire: where its batches go, how
-// they are encoded and stamped, and what its metrics are called. One
-// PublisherOf[T] serves every Kind, so stamping, max_payload splitting,
-// retries and the spool exist once.
+// they are encoded, and what its metrics are called. One PublisherOf[T]
+// serves every Kind, so the batch identity, max_payload splitting,
+// retries and the spool exist once. The encoder writes each batch's
+// identity columns (agent_id, batch_seq, record_index) from the batch:
+// the records are not stamped.
 type Kind[T any] struct {
 	// Name is the sink name in pipeline metrics and logs.
 	Name string
@@ -20,8 +22,6 @@ type Kind[T any] struct {
 	Subject func(node string) string
 	// Table encodes the records (Arrow IPC).
 	Table *schemas.Table[T]
-	// Stamp sets the record identity (agent_id, batch_seq, record_index).
-	Stamp func(r *T, agentID string, seq int64, index int32)
 	// SeqFile is the batch sequence reservation in the state directory.
 	SeqFile string
 	// MetricPrefix starts every metric name (e.g. tapflow_publish_).
@@ -37,10 +37,7 @@ type Kind[T any] struct {
 var Flows = Kind[schemas.Flow]{
 	Name: "publish", Component: "natspub",
 	Stream: transport.FlowsStream, Subject: transport.FlowsSubject,
-	Table: schemas.FlowTable,
-	Stamp: func(r *schemas.Flow, id string, seq int64, i int32) {
-		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
-	},
+	Table:   schemas.FlowTable,
 	SeqFile: "batch_seq", MetricPrefix: "tapflow_publish_", Noun: "Batches",
 	MaxBytesKey: "nats.stream_max_bytes",
 }
@@ -50,10 +47,7 @@ var Flows = Kind[schemas.Flow]{
 var Meters = Kind[schemas.Meter]{
 	Name: "publish-meters", Component: "natspub-meters",
 	Stream: transport.MetersStream, Subject: transport.MetersSubject,
-	Table: schemas.MeterTable,
-	Stamp: func(r *schemas.Meter, id string, seq int64, i int32) {
-		r.AgentID, r.BatchSeq, r.RecordIndex = id, seq, i
-	},
+	Table:   schemas.MeterTable,
 	SeqFile: "meter_seq", MetricPrefix: "tapflow_publish_meter_", Noun: "Meter batches",
 	MaxBytesKey: "nats.meters_stream_max_bytes",
 }

@@ -1,7 +1,8 @@
 // Package publish is the agent's pipeline sink for every record type it
-// ships (flows, meters: see Kind): it stamps every record with its
-// identity (agent_id, batch_seq, record_index), encodes each batch as one
-// Arrow IPC message and publishes it to JetStream on <subject root>.<node>
+// ships (flows, meters: see Kind): it encodes each batch as one Arrow IPC
+// message whose identity columns (agent_id, batch_seq, record_index) are
+// the batch's (schemas.Identity: the records are not stamped) and
+// publishes it to JetStream on <subject root>.<node>
 // with Nats-Msg-Id = <agent_id>-<batch_seq>. A batch is acked (released)
 // only after JetStream's publish ack, or once it is durably in the agent
 // spool; until then it is retried with the same message id, so a retry
@@ -288,10 +289,7 @@ func (p *PublisherOf[T]) publishRecordsOnce(ctx context.Context, recs []T) (int6
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", errSequence, err)
 	}
-	for i := range recs {
-		p.kind.Stamp(&recs[i], p.opts.AgentID, seq, int32(i))
-	}
-	p.body, err = p.enc.Encode(p.body[:0], recs)
+	p.body, err = p.enc.EncodeBatch(p.body[:0], recs, schemas.Identity{AgentID: p.opts.AgentID, BatchSeq: seq})
 	if err != nil {
 		return seq, fmt.Errorf("%s batch %d: %w", p.kind.Name, seq, err)
 	}

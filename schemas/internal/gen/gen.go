@@ -22,6 +22,10 @@ func Render(t columns.Table) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ident, err := identityOf(t, grouped(groups))
+	if err != nil {
+		return nil, err
+	}
 	err = tmpl.Execute(&buf, struct {
 		Type    string
 		Schema  string
@@ -29,7 +33,8 @@ func Render(t columns.Table) ([]byte, error) {
 		Bin     binForm
 		Groups  []group
 		Grouped map[int]bool
-	}{t.Type, t.Name, t.Columns, binForms[t.Type], groups, grouped(groups)})
+		Ident   map[int]string
+	}{t.Type, t.Name, t.Columns, binForms[t.Type], groups, grouped(groups), ident})
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", t.Type, err)
 	}
@@ -58,13 +63,47 @@ var binForms = map[string]binForm{
 	}, Key: map[string]string{"vm_mac": "macKey(b.VMMAC)", "peer_mac": "macKey(b.PeerMAC)"}},
 }
 
+// identity is the role of each record-identity column: a batch's
+// encoder writes them from the batch's Identity (one agent, one sequence
+// number, the row's position) instead of reading every row, so the
+// publisher stamps nothing. Encoding rows without an Identity reads the
+// fields.
+var identity = map[string]struct {
+	role string
+	kind columns.Kind
+}{
+	"agent_id":     {"agent", columns.String},
+	"batch_seq":    {"seq", columns.Int64},
+	"record_index": {"index", columns.Int32},
+}
+
+// identityOf maps the column index of each identity column of t to its
+// role; an identity column may not be in a dictionary group.
+func identityOf(t columns.Table, grouped map[int]bool) (map[int]string, error) {
+	out := map[int]string{}
+	for i, c := range t.Columns {
+		id, ok := identity[c.Name]
+		if !ok {
+			continue
+		}
+		if c.Kind != id.kind || grouped[i] || (c.Kind == columns.String && !c.Dict) {
+			return nil, fmt.Errorf("render %s: identity column %s must be a %v column outside dictionary groups", t.Type, c.Name, id.kind)
+		}
+		out[i] = id.role
+	}
+	if len(out) != 0 && len(out) != len(identity) {
+		return nil, fmt.Errorf("render %s: has %d of the %d identity columns", t.Type, len(out), len(identity))
+	}
+	return out, nil
+}
+
 // dictGroups are, per record type, dictionary columns whose values
 // travel together (schemas/dictgroup.go): the encoder finds all keys of a
 // group with one lookup. A VM's own columns, then the far end's and the
 // attribution outcome's.
 var dictGroups = map[string][][]string{
 	"Flow": {
-		{"node", "ifname", "vm_mac", "tenant_id", "server_id", "port_id", "agent_id"},
+		{"node", "ifname", "vm_mac", "tenant_id", "server_id", "port_id"},
 		{"zone", "peer_tenant_id", "external_network", "lb_id", "pool_id", "member_id", "lb_tap"},
 	},
 }
@@ -171,7 +210,11 @@ type {{.Type}} struct {
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
-func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm, a *colArena) []arrow.Array {
+{{- if .Ident}}
+// With id the identity columns come from it (the rows' fields are not
+// read); without, from the rows.
+{{- end}}
+func encode{{.Type}}Columns(recs []{{.Type}}, id *Identity, form wireForm, a *colArena) []arrow.Array {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
 {{- if and (isString $c.Kind) $c.Dict}}
@@ -197,12 +240,26 @@ func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm, a *colArena) []arro
 {{- end}}
 {{- range $i, $c := .Columns}}
 {{- if index $.Grouped $i}}
+{{- else if index $.Ident $i}}
 {{- else if binAdd $.Bin $c.Name}}
 {{- else if isString $c.Kind}}
 		c{{$i}}.add(r.{{$c.GoName}})
 {{- else}}
 		c{{$i}}[i] = r.{{$c.GoName}}
 {{- end}}
+{{- end}}
+{{- if .Ident}}
+		if id == nil {
+{{- range $i, $c := .Columns}}
+{{- if index $.Ident $i}}
+{{- if isString $c.Kind}}
+			c{{$i}}.add(r.{{$c.GoName}})
+{{- else}}
+			c{{$i}}[i] = r.{{$c.GoName}}
+{{- end}}
+{{- end}}
+{{- end}}
+		}
 {{- end}}
 {{- range $g, $grp := .Groups}}
 		if g{{$g}}.on {
@@ -272,6 +329,25 @@ func encode{{.Type}}Columns(recs []{{.Type}}, form wireForm, a *colArena) []arro
 	}
 {{- range $g, $_ := .Groups}}
 	g{{$g}}.release()
+{{- end}}
+{{- if .Ident}}
+	if id != nil {
+{{- range $i, $c := .Columns}}
+{{- with index $.Ident $i}}
+{{- if eq . "agent"}}
+		c{{$i}}.fill(id.AgentID, n)
+{{- else if eq . "seq"}}
+		for i := range c{{$i}} {
+			c{{$i}}[i] = id.BatchSeq
+		}
+{{- else}}
+		for i := range c{{$i}} {
+			c{{$i}}[i] = int32(i)
+		}
+{{- end}}
+{{- end}}
+{{- end}}
+	}
 {{- end}}
 	return []arrow.Array{
 {{- range $i, $c := .Columns}}

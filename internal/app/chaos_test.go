@@ -625,6 +625,7 @@ func TestChaosCollectorKilled(t *testing.T) {
 				r.stockNATS = bin
 			}
 			out := t.TempDir()
+			keepOnFailure(t, out) // the Parquet output, beside the run's directory
 			r.outputYAML, r.readOutput, r.outputDir = "  output: "+out, readLocalOutput(out), out
 			runChaos(t, r, tc.kills, tc.cut)
 		})
@@ -639,6 +640,7 @@ func TestChaosCollectorKilled(t *testing.T) {
 func TestChaosTwoCollectors(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
+	keepOnFailure(t, out) // the Parquet output, beside the run's directory
 	runChaos(t, chaosRun{
 		outputYAML: "  output: " + out,
 		readOutput: readLocalOutput(out),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tapflow/tapflow/schemas/columns"
@@ -34,7 +33,7 @@ type Table[T any] struct {
 	name   string
 	minor  int
 	cols   []columns.Column
-	encode func([]T, *Identity, wireForm, *colArena) []arrow.Array
+	encode func([]T, *Identity, wireForm, *colArena) []wireColumn
 	decode func([]arrow.Array, []int, []T) error
 	// parquet, when set, is the Parquet schema (row tables: T is not the
 	// struct the files are laid out by).
@@ -139,23 +138,28 @@ func (t *Table[T]) ToArrow(recs []T) arrow.RecordBatch { return t.toArrow(recs, 
 // toArrow builds the batch in a's buffers (nil: fresh ones); the batch
 // must be released before a is reused.
 func (t *Table[T]) toArrow(recs []T, id *Identity, form wireForm, a *colArena) arrow.RecordBatch {
-	sc := t.ArrowSchema()
 	cols := t.encode(recs, id, form, a)
+	return array.NewRecordBatch(t.wireSchema(form, cols), arrays(cols), int64(len(recs)))
+}
+
+// wireSchema is the schema of a message of cols in form.
+func (t *Table[T]) wireSchema(form wireForm, cols []wireColumn) *arrow.Schema {
 	switch form {
 	case formPlain:
-		sc = t.plainSchema
+		t.ArrowSchema()
+		return t.plainSchema
 	case formDict:
-		sc = narrowSchema(sc, cols)
+		return narrowSchema(t.ArrowSchema(), cols)
 	}
-	return array.NewRecordBatch(sc, cols, int64(len(recs)))
+	return t.ArrowSchema()
 }
 
 // narrowSchema is sc with the index types of cols' dictionaries.
-func narrowSchema(sc *arrow.Schema, cols []arrow.Array) *arrow.Schema {
+func narrowSchema(sc *arrow.Schema, cols []wireColumn) *arrow.Schema {
 	fields := sc.Fields()
 	for i, c := range cols {
 		if fields[i].Type.ID() == arrow.DICTIONARY {
-			fields[i].Type = c.DataType()
+			fields[i].Type = c.typ
 		}
 	}
 	md := sc.Metadata()
@@ -261,9 +265,54 @@ type colArena struct {
 	i32          [][]int32
 	bytes        [][]byte
 	n64, n32, nb int
+	// Dictionaries' value slices, handed back cleared (an idle arena
+	// keeps no record's strings alive), and their MAC maps, cleared
+	// when the next message takes them (they hold no pointers).
+	strs   [][]string
+	macs   []map[uint64]int32
+	ns, nm int
+	// ipc writes the message from these buffers (ipcwrite.go).
+	ipc ipcWriter
 }
 
-func (a *colArena) reset() { a.n64, a.n32, a.nb = 0, 0, 0 }
+func (a *colArena) reset() { a.n64, a.n32, a.nb, a.ns, a.nm = 0, 0, 0, 0, 0 }
+
+// strings is an empty value slice for a dictionary and its slot, for
+// keepStrings.
+func (a *colArena) strings() ([]string, int32) {
+	if a == nil {
+		return nil, -1
+	}
+	if a.ns == len(a.strs) {
+		a.strs = append(a.strs, nil)
+	}
+	a.ns++
+	return a.strs[a.ns-1][:0], int32(a.ns - 1)
+}
+
+// keepStrings clears v, the values lent as slot k (they may have
+// outgrown it), and keeps it for the next message.
+func (a *colArena) keepStrings(k int32, v []string) {
+	clear(v)
+	if a != nil && k >= 0 && cap(v) > cap(a.strs[k]) {
+		a.strs[k] = v[:0]
+	}
+}
+
+// macMap is an empty map for a dictionary's MACs; the arena clears it
+// when the next message takes it.
+func (a *colArena) macMap() map[uint64]int32 {
+	if a == nil {
+		return make(map[uint64]int32, 16)
+	}
+	if a.nm == len(a.macs) {
+		a.macs = append(a.macs, make(map[uint64]int32, 16))
+	}
+	a.nm++
+	m := a.macs[a.nm-1]
+	clear(m)
+	return m
+}
 
 func (a *colArena) int64s(n int) []int64 {
 	if a == nil {
@@ -338,16 +387,9 @@ func (s *stringColumn) add(v string) {
 	s.offsets = append(s.offsets, int32(len(s.data)))
 }
 
-func (s *stringColumn) array() arrow.Array {
+func (s *stringColumn) column() wireColumn {
 	s.arena.keep(s.slot, s.data)
-	n := len(s.offsets) - 1
-	d := array.NewData(arrow.BinaryTypes.String, n, []*memory.Buffer{
-		nil,
-		memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(s.offsets)),
-		memory.NewBufferBytes(s.data),
-	}, nil, 0, 0)
-	defer d.Release()
-	return array.MakeFromData(d)
+	return utf8Column(s.offsets, s.data)
 }
 
 // dictColumn builds a dictionary<int*, utf8> array: the distinct values
@@ -359,17 +401,24 @@ func (s *stringColumn) array() arrow.Array {
 type dictColumn struct {
 	form    wireForm     // formPlain: build utf8 in s instead
 	s       stringColumn // plain
+	arena   *colArena    // lends keys and the dictionary's buffers
 	keys    []int32
 	vals    []string // the dictionary; aliases the caller's strings
 	index   map[string]int32
 	lastPtr *byte
 	lastLen int
 	lastKey int32
+	// valSlot is the arena's slot of vals. Slots are int32 in the
+	// padding after the keys: the encoders keep ~20 of these on the
+	// stack, and a larger struct measured slower (BenchmarkFlowEncode).
+	valSlot int32
 	// prev is the value before last (a column alternating between two
 	// values, as direction does, answers from these two).
 	prevPtr *byte
 	prevLen int
 	prevKey int32
+	// textSlot is the arena's slot of macText's first block.
+	textSlot int32
 	// macs keys binary MACs (FlowBin) to their entry, so a batch formats
 	// each distinct MAC once; macText holds those texts.
 	macs      map[uint64]int32
@@ -483,12 +532,13 @@ func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 		c.s.resetIn(a, n, 16)
 		return
 	}
+	c.arena = a
 	c.keys = a.int32s(n)[:0]
-	c.vals = c.vals[:0]
+	c.vals, c.valSlot = a.strings()
 	c.release()
 	c.index = nil
 	c.lastPtr, c.lastLen, c.prevPtr, c.prevLen = nil, -1, nil, -1
-	c.macs, c.macText, c.lastIsMAC = nil, nil, false
+	c.macs, c.macText, c.textSlot, c.lastIsMAC = nil, nil, -1, false
 }
 
 // addMAC adds a binary MAC (FlowBin form): its text is formatted once per
@@ -499,7 +549,7 @@ func (c *dictColumn) addMAC(v uint64) int32 {
 		return 0
 	}
 	if c.macs == nil {
-		c.macs = make(map[uint64]int32, 16)
+		c.macs = c.arena.macMap()
 	} else if c.lastIsMAC && v == c.lastMAC {
 		c.keys = append(c.keys, c.lastKey)
 		return c.lastKey
@@ -524,8 +574,16 @@ func (c *dictColumn) addMAC(v uint64) int32 {
 		start := len(c.macText)
 		if cap(c.macText)-start < 17 {
 			// A new block, never an append that moves the bytes: the
-			// dictionary's strings alias the texts written so far.
-			c.macText = make([]byte, 0, max(64*17, 2*cap(c.macText)))
+			// dictionary's strings alias the texts written so far. The
+			// first is the arena's; the last, the largest, goes back to
+			// it (column).
+			if c.textSlot < 0 && c.arena != nil {
+				var k int
+				c.macText, k = c.arena.byteBuf(64 * 17)
+				c.textSlot = int32(k)
+			} else {
+				c.macText = make([]byte, 0, max(64*17, 2*cap(c.macText)))
+			}
 			start = 0
 		}
 		c.macText = AppendMAC(c.macText, v)
@@ -616,36 +674,36 @@ func (c *dictColumn) lookup(v string) int32 {
 	return k
 }
 
-func (c *dictColumn) array() arrow.Array {
+func (c *dictColumn) column() wireColumn {
 	if c.form == formPlain {
-		return c.s.array()
+		return c.s.column()
 	}
-	var d stringColumn
 	size := 0
 	for _, v := range c.vals {
 		size += len(v)
 	}
-	d.offsets = make([]int32, 1, len(c.vals)+1)
-	d.data = make([]byte, 0, size)
+	var d stringColumn
+	d.offsets = c.arena.int32s(len(c.vals) + 1)[:1]
+	d.offsets[0] = 0
+	d.data, _ = c.arena.byteBuf(size)
 	for _, v := range c.vals {
 		d.add(v)
 	}
-	dict := d.array()
-	defer dict.Release()
 	dt, keys := c.indices()
-	defer keys.Release()
 	c.release() // clears the map: no record's strings kept alive
-	c.vals, c.index = nil, nil
-	return array.NewDictionaryArray(dt, keys, dict)
+	c.arena.keepStrings(c.valSlot, c.vals)
+	c.arena.keep(int(c.textSlot), c.macText)
+	c.vals, c.index, c.macs, c.macText = nil, nil, nil, nil
+	return wireColumn{typ: dt, n: len(c.keys), vals: keys, offs: arrow.Int32Traits.CastToBytes(d.offsets), data: d.data, dictLen: len(d.offsets) - 1}
 }
 
 // indices is the dictionary type and index array of the column: keys
 // narrowed in place (each index is read before its bytes are written
 // over) to the narrowest type that holds the dictionary (formDict).
-func (c *dictColumn) indices() (*arrow.DictionaryType, arrow.Array) {
+func (c *dictColumn) indices() (*arrow.DictionaryType, []byte) {
 	n, m := len(c.keys), len(c.vals)
 	if c.form == formWide || n == 0 || m > 1<<15 {
-		return wireDictType, int32Array(c.keys)
+		return wireDictType, arrow.Int32Traits.CastToBytes(c.keys)
 	}
 	p := unsafe.Pointer(unsafe.SliceData(c.keys))
 	if m <= 1<<7 {
@@ -653,19 +711,13 @@ func (c *dictColumn) indices() (*arrow.DictionaryType, arrow.Array) {
 		for i, k := range c.keys {
 			v[i] = int8(k)
 		}
-		return dictInt8, indexArray(arrow.PrimitiveTypes.Int8, arrow.Int8Traits.CastToBytes(v), n)
+		return dictInt8, arrow.Int8Traits.CastToBytes(v)
 	}
 	v := unsafe.Slice((*int16)(p), n)
 	for i, k := range c.keys {
 		v[i] = int16(k)
 	}
-	return dictInt16, indexArray(arrow.PrimitiveTypes.Int16, arrow.Int16Traits.CastToBytes(v), n)
-}
-
-func indexArray(t arrow.DataType, b []byte, n int) arrow.Array {
-	d := array.NewData(t, n, []*memory.Buffer{nil, memory.NewBufferBytes(b)}, nil, 0, 0)
-	defer d.Release()
-	return array.MakeFromData(d)
+	return dictInt16, arrow.Int16Traits.CastToBytes(v)
 }
 
 // zeroArray is n zero values of kind k: a column an older writer did not
@@ -678,31 +730,13 @@ func zeroArray(k columns.Kind, n int) arrow.Array {
 		for range n {
 			c.add("")
 		}
-		return c.array()
+		return c.column().array()
 	case columns.Int32:
-		return int32Array(make([]int32, n))
+		return int32Column(make([]int32, n)).array()
 	case columns.Timestamp:
-		return timestampArray(make([]int64, n))
+		return timestampColumn(make([]int64, n)).array()
 	}
-	return int64Array(make([]int64, n))
-}
-
-func int32Array(v []int32) arrow.Array {
-	d := array.NewData(arrow.PrimitiveTypes.Int32, len(v), []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(v))}, nil, 0, 0)
-	defer d.Release()
-	return array.MakeFromData(d)
-}
-
-func int64Array(v []int64) arrow.Array {
-	d := array.NewData(arrow.PrimitiveTypes.Int64, len(v), []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(v))}, nil, 0, 0)
-	defer d.Release()
-	return array.MakeFromData(d)
-}
-
-func timestampArray(v []int64) arrow.Array {
-	d := array.NewData(timestampUTC, len(v), []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(v))}, nil, 0, 0)
-	defer d.Release()
-	return array.MakeFromData(d)
+	return int64Column(make([]int64, n)).array()
 }
 
 // strCol reads a string column of either wire form: plain utf8 (data,

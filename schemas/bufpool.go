@@ -22,10 +22,6 @@ import (
 // garbage collected with its buffers: forgetting ReleaseRows costs
 // allocation, never correctness; releasing early does, which is why the
 // pool can poison what it takes back (tests).
-//
-// The encoder uses the same pool for arrow-go's IPC writer (wire.go,
-// encodeBuffers): there the arena is freed as soon as the message is
-// written out, since nothing aliases the writer's buffers.
 
 // Buffers below minPooled are not worth a free list; above maxPooled
 // (beyond any message a limited decoder accepts) they are not kept.

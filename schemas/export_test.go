@@ -1,6 +1,13 @@
 package schemas
 
-import "github.com/apache/arrow-go/v18/arrow"
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+)
 
 // ToArrowWide is FlowTable.ToArrow in the int32 indices of agents before
 // narrow indices (WideIndices), for benchmarks.
@@ -32,7 +39,7 @@ func IPDict(recs []Flow) [2]arrow.Array {
 		s.add(recs[i].SrcIP)
 		d.add(recs[i].DstIP)
 	}
-	return [2]arrow.Array{s.array(), d.array()}
+	return [2]arrow.Array{s.column().array(), d.column().array()}
 }
 
 // SetDictGroups turns the encoder's dictionary groups on or off
@@ -43,12 +50,28 @@ func SetDictGroups(on bool) { dictGroupsOff = !on }
 // hash, so only the compare tells them apart; not safe while encoding.
 func SetDictGroupsCollide(on bool) { dictGroupsCollide = on }
 
-// SetEncodePool replaces the encoders' buffer pool (tests), returning a
-// function that restores it; not safe while encoding.
-func SetEncodePool(p *BufferPool) (restore func()) {
-	old := encodeBuffers
-	encodeBuffers = p
-	return func() { encodeBuffers = old }
+// encodeArrowGo is EncodeBatch (Encode with id nil) through arrow-go's
+// ipc.Writer with the encoder's options, the writer the encoders used
+// before ipcwrite.go: the reference of TestIPCWriterSameBytes.
+func (e *EncoderOf[T]) encodeArrowGo(recs []T, id *Identity) ([]byte, error) {
+	rec := e.t.toArrow(recs, id, e.form, nil)
+	defer rec.Release()
+	opts := slices.Clone(e.opts)
+	if e.form == formDict {
+		opts = append(opts, ipc.WithSchema(rec.Schema()))
+	}
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, opts...)
+	if err := w.Write(rec); err != nil {
+		return nil, fmt.Errorf("arrow-go write: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("arrow-go close: %w", err)
+	}
+	if e.zstd {
+		return zstdEnc.EncodeAll(buf.Bytes(), nil), nil
+	}
+	return buf.Bytes(), nil
 }
 
 // IdleArenas is the number of column arenas e keeps between messages.

@@ -82,13 +82,13 @@ type Flow struct {
 	Bin FlowBin `parquet:"-" json:"-"`
 }
 
-// encodeFlowColumns turns records into one Arrow array per column, in
+// encodeFlowColumns turns records into one wire column per column, in
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 33
 // times); fixed-width columns are plain slices wrapped without copying.
 // With id the identity columns come from it (the rows' fields are not
 // read); without, from the rows.
-func encodeFlowColumns(recs []Flow, id *Identity, form wireForm, a *colArena) []arrow.Array {
+func encodeFlowColumns(recs []Flow, id *Identity, form wireForm, a *colArena) []wireColumn {
 	n := len(recs)
 	c0 := a.int64s(n)
 	c1 := a.int64s(n)
@@ -271,40 +271,40 @@ func encodeFlowColumns(recs []Flow, id *Identity, form wireForm, a *colArena) []
 			c28[i] = int32(i)
 		}
 	}
-	return []arrow.Array{
-		timestampArray(c0),
-		timestampArray(c1),
-		c2.array(),
-		c3.array(),
-		c4.array(),
-		c5.array(),
-		c6.array(),
-		int32Array(c7),
-		int32Array(c8),
-		int32Array(c9),
-		c10.array(),
-		c11.array(),
-		int32Array(c12),
-		int32Array(c13),
-		int32Array(c14),
-		int64Array(c15),
-		int64Array(c16),
-		c17.array(),
-		c18.array(),
-		c19.array(),
-		c20.array(),
-		c21.array(),
-		c22.array(),
-		c23.array(),
-		c24.array(),
-		int32Array(c25),
-		c26.array(),
-		int64Array(c27),
-		int32Array(c28),
-		int64Array(c29),
-		c30.array(),
-		c31.array(),
-		c32.array(),
+	return []wireColumn{
+		timestampColumn(c0),
+		timestampColumn(c1),
+		c2.column(),
+		c3.column(),
+		c4.column(),
+		c5.column(),
+		c6.column(),
+		int32Column(c7),
+		int32Column(c8),
+		int32Column(c9),
+		c10.column(),
+		c11.column(),
+		int32Column(c12),
+		int32Column(c13),
+		int32Column(c14),
+		int64Column(c15),
+		int64Column(c16),
+		c17.column(),
+		c18.column(),
+		c19.column(),
+		c20.column(),
+		c21.column(),
+		c22.column(),
+		c23.column(),
+		c24.column(),
+		int32Column(c25),
+		c26.column(),
+		int64Column(c27),
+		int32Column(c28),
+		int64Column(c29),
+		c30.column(),
+		c31.column(),
+		c32.column(),
 	}
 }
 

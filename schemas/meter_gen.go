@@ -42,13 +42,13 @@ type Meter struct {
 	RecordIndex int32 `parquet:"record_index" json:"record_index"`
 }
 
-// encodeMeterColumns turns records into one Arrow array per column, in
+// encodeMeterColumns turns records into one wire column per column, in
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache 14
 // times); fixed-width columns are plain slices wrapped without copying.
 // With id the identity columns come from it (the rows' fields are not
 // read); without, from the rows.
-func encodeMeterColumns(recs []Meter, id *Identity, form wireForm, a *colArena) []arrow.Array {
+func encodeMeterColumns(recs []Meter, id *Identity, form wireForm, a *colArena) []wireColumn {
 	n := len(recs)
 	c0 := a.int64s(n)
 	c1 := a.int64s(n)
@@ -96,21 +96,21 @@ func encodeMeterColumns(recs []Meter, id *Identity, form wireForm, a *colArena) 
 			c13[i] = int32(i)
 		}
 	}
-	return []arrow.Array{
-		timestampArray(c0),
-		timestampArray(c1),
-		c2.array(),
-		c3.array(),
-		c4.array(),
-		int64Array(c5),
-		int64Array(c6),
-		int64Array(c7),
-		int64Array(c8),
-		int64Array(c9),
-		int64Array(c10),
-		c11.array(),
-		int64Array(c12),
-		int32Array(c13),
+	return []wireColumn{
+		timestampColumn(c0),
+		timestampColumn(c1),
+		c2.column(),
+		c3.column(),
+		c4.column(),
+		int64Column(c5),
+		int64Column(c6),
+		int64Column(c7),
+		int64Column(c8),
+		int64Column(c9),
+		int64Column(c10),
+		c11.column(),
+		int64Column(c12),
+		int32Column(c13),
 	}
 }
 

@@ -68,7 +68,7 @@ var MeterRows = newRowTable(columns.MeterSchemaName, columns.MeterMinor, columns
 func newRowTable(name string, minor int, cols []columns.Column, pq func() *parquet.Schema) *Table[Row] {
 	t := &Table[Row]{name: name, minor: minor, cols: cols, parquet: pq}
 	t.decode = func(arrs []arrow.Array, idx []int, dst []Row) error { return decodeRows(t, arrs, idx, dst) }
-	t.encode = func(rows []Row, id *Identity, form wireForm, _ *colArena) []arrow.Array {
+	t.encode = func(rows []Row, id *Identity, form wireForm, _ *colArena) []wireColumn {
 		return encodeRows(t, rows, id, form)
 	}
 	return t
@@ -314,9 +314,9 @@ func (r Row) RecordIndex() int32 {
 
 // encodeRows gathers rows (from any chunks, in any order) back into
 // Arrow columns, for a subscriber re-publishing them or a test.
-func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.Array {
+func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []wireColumn {
 	n := len(rows)
-	out := make([]arrow.Array, len(t.cols))
+	out := make([]wireColumn, len(t.cols))
 	for k, col := range t.cols {
 		if id != nil {
 			// The batch's identity, as the generated encoders write it.
@@ -325,21 +325,21 @@ func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.
 				var d dictColumn
 				d.reset(n, form, nil)
 				d.fill(id.AgentID, n)
-				out[k] = d.array()
+				out[k] = d.column()
 				continue
 			case "batch_seq":
 				v := make([]int64, n)
 				for i := range v {
 					v[i] = id.BatchSeq
 				}
-				out[k] = int64Array(v)
+				out[k] = int64Column(v)
 				continue
 			case "record_index":
 				v := make([]int32, n)
 				for i := range v {
 					v[i] = int32(i)
 				}
-				out[k] = int32Array(v)
+				out[k] = int32Column(v)
 				continue
 			}
 		}
@@ -350,16 +350,16 @@ func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.
 				v[i] = r.Int64(k)
 			}
 			if col.Kind == columns.Timestamp {
-				out[k] = timestampArray(v)
+				out[k] = timestampColumn(v)
 			} else {
-				out[k] = int64Array(v)
+				out[k] = int64Column(v)
 			}
 		case columns.Int32:
 			v := make([]int32, n)
 			for i, r := range rows {
 				v[i] = r.Int32(k)
 			}
-			out[k] = int32Array(v)
+			out[k] = int32Column(v)
 		default:
 			if col.Dict && form != formPlain {
 				var d dictColumn
@@ -367,7 +367,7 @@ func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.
 				for _, r := range rows {
 					d.add(r.String(k))
 				}
-				out[k] = d.array()
+				out[k] = d.column()
 				continue
 			}
 			var s stringColumn
@@ -376,7 +376,7 @@ func encodeRows(t *Table[Row], rows []Row, id *Identity, form wireForm) []arrow.
 				s.data = append(s.data, r.Bytes(k)...)
 				s.offsets = append(s.offsets, int32(len(s.data)))
 			}
-			out[k] = s.array()
+			out[k] = s.column()
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/zstd"
@@ -61,11 +62,14 @@ type Encoder = EncoderOf[Flow]
 // body-compressed. Safe for concurrent use.
 type EncoderOf[T any] struct {
 	t     *Table[T]
-	opts  []ipc.Option
+	opts  []ipc.Option // arrow-go's writer's, for the same stream (tests)
 	zstd  bool
 	codec string
+	body  int8 // the messages' buffer compression (ipcCodec*)
 	form  wireForm
-	plain sync.Pool // *bytes.Buffer for the uncompressed stream
+	plain sync.Pool // *[]byte for the uncompressed stream
+	// schemas are the schema messages met so far (ipcwrite.go).
+	schemas schemaCache
 	// idle are column arenas (the buffers of one message each) between
 	// messages, at most maxIdleArenas. Not a sync.Pool: its per-P slots
 	// made an agent that encodes one message at a time keep an arena per
@@ -107,14 +111,16 @@ func NewEncoder(codec string) (*Encoder, error) { return NewEncoderFor(FlowTable
 // ValidCodec).
 func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
 	opts := []ipc.Option{ipc.WithSchema(t.ArrowSchema())}
-	e := &EncoderOf[T]{t: t}
+	e := &EncoderOf[T]{t: t, body: ipcCodecNone}
 	switch codec {
 	case CodecZstd:
 		e.zstd = true
 	case CodecArrowZstd:
 		opts = append(opts, ipc.WithZstd())
+		e.body = ipcCodecZstd
 	case CodecLZ4:
 		opts = append(opts, ipc.WithLZ4())
+		e.body = ipcCodecLZ4Frame
 	case CodecNone, "":
 		codec = CodecNone
 	default:
@@ -131,7 +137,7 @@ func NewEncoderFor[T any](t *Table[T], codec string) (*EncoderOf[T], error) {
 func (e *EncoderOf[T]) PlainStrings() *EncoderOf[T] {
 	opts := slices.Clone(e.opts)
 	opts[0] = ipc.WithSchema(e.t.PlainArrowSchema())
-	return &EncoderOf[T]{t: e.t, opts: opts, zstd: e.zstd, codec: e.codec, form: formPlain}
+	return &EncoderOf[T]{t: e.t, opts: opts, zstd: e.zstd, codec: e.codec, body: e.body, form: formPlain}
 }
 
 // WideIndices returns an encoder like e (a fresh one: call it before
@@ -139,7 +145,7 @@ func (e *EncoderOf[T]) PlainStrings() *EncoderOf[T] {
 // wire form of agents before narrow indices: for tests of mixed fleets
 // and for measuring one form against the other. Decoders accept both.
 func (e *EncoderOf[T]) WideIndices() *EncoderOf[T] {
-	return &EncoderOf[T]{t: e.t, opts: slices.Clone(e.opts), zstd: e.zstd, codec: e.codec, form: formWide}
+	return &EncoderOf[T]{t: e.t, opts: slices.Clone(e.opts), zstd: e.zstd, codec: e.codec, body: e.body, form: formWide}
 }
 
 // Codec is the wire codec name (the Tapflow-Codec header value).
@@ -187,37 +193,15 @@ func (e *EncoderOf[T]) encode(dst []byte, recs []T, id *Identity) ([]byte, error
 }
 
 func (e *EncoderOf[T]) encodeIPC(dst []byte, recs []T, id *Identity) ([]byte, error) {
-	buf := bytes.NewBuffer(dst)
 	a := e.takeArena()
 	a.reset()
-	defer e.putArena(a) // after rec's release and the writer's close
-	rec := e.t.toArrow(recs, id, e.form, a)
-	defer rec.Release()
-	// arrow-go allocates each compressed buffer at its worst-case size
-	// (most of the encoder's garbage); the arena takes them from
-	// encodeBuffers and gives them all back once the writer is closed and
-	// the message copied into buf.
-	ar := encodeBuffers.newArena()
-	defer ar.free()
-	opts := append(slices.Clip(e.opts), ipc.WithAllocator(ar))
-	if e.form == formDict {
-		// The index types are the message's own (narrowSchema).
-		opts = append(opts, ipc.WithSchema(rec.Schema()))
-	}
-	w := ipc.NewWriter(buf, opts...)
-	if err := w.Write(rec); err != nil {
-		return nil, fmt.Errorf("encode arrow ipc: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode arrow ipc: %w", err)
-	}
-	return buf.Bytes(), nil
+	defer e.putArena(a)
+	cols := e.t.encode(recs, id, e.form, a)
+	w := &a.ipc
+	w.reset(e.body)
+	schema := e.schemas.get(&w.key, func() *arrow.Schema { return e.t.wireSchema(e.form, cols) }, e.form, cols)
+	return w.write(dst, schema, cols, len(recs))
 }
-
-// encodeBuffers recycles the buffers arrow-go's IPC writer allocates
-// while encoding a message (bufpool.go); shared by every encoder of the
-// process. Its cap is a few messages' compressed bodies.
-var encodeBuffers = NewBufferPool(16 << 20)
 
 // ErrCorrupt marks a message body that is not a valid Arrow IPC stream of
 // the decoder's schema. Callers dead-letter such messages instead of

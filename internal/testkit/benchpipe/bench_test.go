@@ -108,11 +108,11 @@ func count(batches [][]schemas.Flow) int {
 	return n
 }
 
-// BenchmarkPipelineParquet: records → Arrow IPC (zstd) → JetStream
-// (embedded, in-process) → durable consumer → Parquet (zstd), the path of
-// `tapflow run`, in one process: the collector keeps every message in its
-// Arrow columns (schemas.Row) and writes them straight into the Parquet
-// column writers.
+// BenchmarkPipelineParquet: records → Arrow IPC (the default wire codec,
+// lz4) → JetStream (embedded, in-process) → durable consumer → Parquet
+// (zstd), the path of `tapflow run`, in one process: the collector keeps
+// every message in its Arrow columns (schemas.Row) and writes them
+// straight into the Parquet column writers.
 func BenchmarkPipelineParquet(b *testing.B) { benchPipelineParquet(b, true, "", false) }
 
 // BenchmarkPipelineParquetRows is the same pipeline with the collector's

@@ -206,7 +206,7 @@ type {{.Type}} struct {
 {{- end}}
 }
 
-// encode{{.Type}}Columns turns records into one Arrow array per column, in
+// encode{{.Type}}Columns turns records into one wire column per column, in
 // column order. One pass over the records fills every column (the structs
 // are large: a pass per column would stream them through the cache {{len .Columns}}
 // times); fixed-width columns are plain slices wrapped without copying.
@@ -214,7 +214,7 @@ type {{.Type}} struct {
 // With id the identity columns come from it (the rows' fields are not
 // read); without, from the rows.
 {{- end}}
-func encode{{.Type}}Columns(recs []{{.Type}}, id *Identity, form wireForm, a *colArena) []arrow.Array {
+func encode{{.Type}}Columns(recs []{{.Type}}, id *Identity, form wireForm, a *colArena) []wireColumn {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
 {{- if and (isString $c.Kind) $c.Dict}}
@@ -349,16 +349,16 @@ func encode{{.Type}}Columns(recs []{{.Type}}, id *Identity, form wireForm, a *co
 {{- end}}
 	}
 {{- end}}
-	return []arrow.Array{
+	return []wireColumn{
 {{- range $i, $c := .Columns}}
 {{- if isString $c.Kind}}
-		c{{$i}}.array(),
+		c{{$i}}.column(),
 {{- else if isInt32 $c.Kind}}
-		int32Array(c{{$i}}),
+		int32Column(c{{$i}}),
 {{- else if isTimestamp $c.Kind}}
-		timestampArray(c{{$i}}),
+		timestampColumn(c{{$i}}),
 {{- else}}
-		int64Array(c{{$i}}),
+		int64Column(c{{$i}}),
 {{- end}}
 {{- end}}
 	}

@@ -424,7 +424,12 @@ type dictColumn struct {
 	macs      map[uint64]int32
 	lastMAC   uint64
 	lastIsMAC bool // the last value came through addMAC
-	macText   []byte
+	// sawText: a value came through add. Until then every entry is the
+	// text of a distinct binary MAC, so a new MAC's text is new to the
+	// dictionary without a lookup; from then on it is looked up, as a
+	// text value may already hold it.
+	sawText bool
+	macText []byte
 	// cache answers repeated values before the maps do, once the
 	// dictionary is past dictScan: the records' strings point into the
 	// attribution snapshot (one pointer per tenant, server, port) and
@@ -538,7 +543,7 @@ func (c *dictColumn) reset(n int, form wireForm, a *colArena) {
 	c.release()
 	c.index = nil
 	c.lastPtr, c.lastLen, c.prevPtr, c.prevLen = nil, -1, nil, -1
-	c.macs, c.macText, c.textSlot, c.lastIsMAC = nil, nil, -1, false
+	c.macs, c.macText, c.textSlot, c.lastIsMAC, c.sawText = nil, nil, -1, false, false
 }
 
 // addMAC adds a binary MAC (FlowBin form): its text is formatted once per
@@ -587,7 +592,13 @@ func (c *dictColumn) addMAC(v uint64) int32 {
 			start = 0
 		}
 		c.macText = AppendMAC(c.macText, v)
-		k = c.lookup(unsafe.String(&c.macText[start], 17))
+		text := unsafe.String(&c.macText[start], 17)
+		if c.sawText {
+			k = c.lookup(text)
+		} else {
+			k = int32(len(c.vals))
+			c.vals = append(c.vals, text)
+		}
 		c.macs[v] = k
 	}
 	if sl != nil {
@@ -603,6 +614,12 @@ func (c *dictColumn) add(v string) int32 {
 	if c.form == formPlain {
 		c.s.add(v)
 		return 0
+	}
+	if !c.sawText {
+		c.sawText = true
+		if c.index == nil && len(c.vals) > dictScan { // MACs went in unindexed
+			c.buildIndex()
+		}
 	}
 	p := unsafe.StringData(v)
 	if p == c.lastPtr && len(v) == c.lastLen {
@@ -652,16 +669,7 @@ func (c *dictColumn) lookup(v string) int32 {
 		k := int32(len(c.vals))
 		c.vals = append(c.vals, v)
 		if len(c.vals) > dictScan {
-			if c.cache == nil {
-				c.cache = newDictCache()
-			}
-			c.index, c.cache.index = c.cache.index, nil
-			if c.index == nil {
-				c.index = make(map[string]int32, 2*len(c.vals))
-			}
-			for k, d := range c.vals {
-				c.index[d] = int32(k)
-			}
+			c.buildIndex()
 		}
 		return k
 	}
@@ -672,6 +680,21 @@ func (c *dictColumn) lookup(v string) int32 {
 	c.vals = append(c.vals, v)
 	c.index[v] = k
 	return k
+}
+
+// buildIndex maps every dictionary value to its key: past dictScan
+// values a map answers instead of the scan.
+func (c *dictColumn) buildIndex() {
+	if c.cache == nil {
+		c.cache = newDictCache()
+	}
+	c.index, c.cache.index = c.cache.index, nil
+	if c.index == nil {
+		c.index = make(map[string]int32, 2*len(c.vals))
+	}
+	for k, d := range c.vals {
+		c.index[d] = int32(k)
+	}
 }
 
 func (c *dictColumn) column() wireColumn {

@@ -1,8 +1,12 @@
 package schemas
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 )
 
 // TestBinaryEncodesAsText: a binary record (FlowBin) and the same record
@@ -78,42 +82,97 @@ func TestDecodeClearsBinary(t *testing.T) {
 // TestMixedBinaryAndTextInOneMessage: one message's dictionary column
 // takes binary MACs (keyed on the uint64) and text MACs (keyed on the
 // string) in any order, including an empty text MAC between two equal
-// binary ones; every row must decode to its own text, in both wire forms.
+// binary ones, and with more binary MACs before the first text one than
+// the dictionary scans (they go in unindexed until a text value comes);
+// every row must decode to its own text, in both wire forms, and no
+// dictionary holds a value twice.
 func TestMixedBinaryAndTextInOneMessage(t *testing.T) {
 	bin := func(mac uint64) Flow {
 		return Flow{Direction: "tx", Zone: "miss", Bin: FlowBin{VMMAC: mac, PeerMAC: mac + 1, Valid: true, Dir: DirTX}}
 	}
 	text := func(mac string) Flow { return Flow{Direction: "tx", Zone: "miss", VMMAC: mac, PeerMAC: mac} }
-	recs := []Flow{
-		bin(0xfa163e000001), text(""), bin(0xfa163e000001), text("fa:16:3e:00:00:01"),
-		bin(0xfa163e000002), bin(0xfa163e000002), text("fa:16:3e:00:00:09"), bin(0xfa163e000001), text(""),
+	many := func() []Flow { // 3 × dictScan binary MACs, then text ones equal to some, then binary again
+		var recs []Flow
+		for i := range 3 * dictScan {
+			recs = append(recs, bin(0xfa163e000100+uint64(i)))
+		}
+		return append(recs, text("fa:16:3e:00:01:05"), text("fa:16:3e:00:01:01"), text("fa:16:3e:00:09:09"),
+			bin(0xfa163e000105), bin(0xfa163e000909), bin(0xfa163e000100+3*dictScan), text("fa:16:3e:00:01:05"))
 	}
-	want := []string{"fa:16:3e:00:00:01", "", "fa:16:3e:00:00:01", "fa:16:3e:00:00:01",
-		"fa:16:3e:00:00:02", "fa:16:3e:00:00:02", "fa:16:3e:00:00:09", "fa:16:3e:00:00:01", ""}
-	for _, plain := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dictionary", true: "plain"}[plain], func(t *testing.T) {
-			enc, err := NewEncoder(CodecNone)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if plain {
-				enc = enc.PlainStrings()
-			}
-			body, err := enc.Encode(nil, recs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := NewDecoder().Decode(nil, body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, f := range out {
-				if f.VMMAC != want[i] {
-					t.Errorf("row %d: vm_mac %q, want %q", i, f.VMMAC, want[i])
+	for _, tc := range []struct {
+		name string
+		recs []Flow
+	}{
+		{"few", []Flow{
+			bin(0xfa163e000001), text(""), bin(0xfa163e000001), text("fa:16:3e:00:00:01"),
+			bin(0xfa163e000002), bin(0xfa163e000002), text("fa:16:3e:00:00:09"), bin(0xfa163e000001), text(""),
+		}},
+		{"more binary than the scan first", many()},
+	} {
+		for _, plain := range []bool{false, true} {
+			t.Run(tc.name+"/"+map[bool]string{false: "dictionary", true: "plain"}[plain], func(t *testing.T) {
+				enc, err := NewEncoder(CodecNone)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				if plain {
+					enc = enc.PlainStrings()
+				}
+				body, err := enc.Encode(nil, tc.recs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := NewDecoder().Decode(nil, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, f := range out {
+					if want := tc.recs[i].VMMACText(); f.VMMAC != want {
+						t.Errorf("row %d: vm_mac %q, want %q", i, f.VMMAC, want)
+					}
+					if want := tc.recs[i].PeerMACText(); f.PeerMAC != want {
+						t.Errorf("row %d: peer_mac %q, want %q", i, f.PeerMAC, want)
+					}
+				}
+				if !plain {
+					for _, col := range []string{"vm_mac", "peer_mac"} {
+						if dup := duplicateDictValue(t, body, col); dup != "" {
+							t.Errorf("%s: dictionary holds %q twice", col, dup)
+						}
+					}
+				}
+			})
+		}
 	}
+}
+
+// duplicateDictValue is a value the dictionary of column col holds more
+// than once in body's first batch, or "".
+func duplicateDictValue(t *testing.T, body []byte, col string) string {
+	t.Helper()
+	r, err := ipc.NewReader(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if !r.Next() {
+		t.Fatalf("no batch: %v", r.Err())
+	}
+	k := r.Schema().FieldIndices(col)
+	d, ok := r.RecordBatch().Column(k[0]).(*array.Dictionary)
+	if !ok {
+		t.Fatalf("%s: %s, want a dictionary", col, r.RecordBatch().Column(k[0]).DataType())
+	}
+	dict := d.Dictionary().(*array.String)
+	seen := map[string]bool{}
+	for i := range dict.Len() {
+		v := dict.Value(i)
+		if seen[v] {
+			return v
+		}
+		seen[v] = true
+	}
+	return ""
 }
 
 func TestAppendIPv4(t *testing.T) {

@@ -55,7 +55,7 @@ import (
 //   - stream_B/record: stream bytes per record stored (the codec's size).
 //
 // The figures are the whole process's: the synthetic source's generation
-// (a new batch array per batch; an eBPF agent recycles its arrays)
+// (into recycled batch arrays, as the eBPF source decodes into them)
 // counts in them, as in the before-figures. The log line adds
 // VmRSS every 10 s, the Go heap in use and the host's load average: on a
 // shared, loaded box the agent pays CPU for contention and the synthetic

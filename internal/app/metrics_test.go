@@ -271,6 +271,8 @@ var lossCounters = []string{
 	"tapflow_publish_refused_total",
 	"tapflow_publish_id_collisions_total",
 	"tapflow_publish_meter_id_collisions_total",
+	"tapflow_publish_resend_dropped_total",
+	"tapflow_publish_meter_resend_dropped_total",
 	"tapflow_nats_permission_violations_total",
 	"tapflow_consume_corrupt_messages_total",
 	"tapflow_consume_rejected_messages_total",

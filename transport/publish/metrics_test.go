@@ -46,6 +46,8 @@ func TestLossCountersExistAtZero(t *testing.T) {
 		{"tapflow_publish_meter_duplicates_total", nil},
 		{"tapflow_publish_id_collisions_total", nil},
 		{"tapflow_publish_meter_id_collisions_total", nil},
+		{"tapflow_publish_resend_dropped_total", nil},
+		{"tapflow_publish_meter_resend_dropped_total", nil},
 		{"tapflow_spool_torn_tails_total", nil},
 		{"tapflow_spool_corrupt_bytes_total", nil},
 		{"tapflow_spool_write_errors_total", nil},

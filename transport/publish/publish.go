@@ -102,6 +102,8 @@ type metrics struct {
 	full      prometheus.Counter // tapflow_publish_refused_total{stream,reason="stream_full"}
 	collide   prometheus.Counter
 	resent    prometheus.Counter
+	// resendDropped: acks at risk dropped from the resend's keep (resend.go).
+	resendDropped prometheus.Counter
 }
 
 func newMetrics(prefix, noun string) metrics {
@@ -109,21 +111,22 @@ func newMetrics(prefix, noun string) metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + name, Help: help})
 	}
 	return metrics{
-		published: c("batches_total", noun+" acknowledged by JetStream."),
-		records:   c("records_total", "Records in "+noun+" acknowledged by JetStream."),
-		bytes:     c("bytes_total", "Message bytes of "+noun+" acknowledged by JetStream (after compression)."),
-		retries:   c("retries_total", "Publish attempts of "+noun+" that failed and were retried."),
-		dupes:     c("duplicates_total", "Publishes of "+noun+" JetStream reported as duplicates (a retry after a lost ack)."),
-		splits:    c("splits_total", noun+" split in two because their message exceeded the server's max_payload."),
-		resent:    c("resent_total", noun+" JetStream had acknowledged, published again after the connection came back (a stopping server may drop what it acknowledged last; the stream drops what it kept as duplicates)."),
-		collide:   c("id_collisions_total", "First publishes of "+noun+" JetStream reported as duplicates: another publisher used the Nats-Msg-Id first (a forgery, or two agents with one agent.id); each was republished under a new batch_seq."),
+		published:     c("batches_total", noun+" acknowledged by JetStream."),
+		records:       c("records_total", "Records in "+noun+" acknowledged by JetStream."),
+		bytes:         c("bytes_total", "Message bytes of "+noun+" acknowledged by JetStream (after compression)."),
+		retries:       c("retries_total", "Publish attempts of "+noun+" that failed and were retried."),
+		dupes:         c("duplicates_total", "Publishes of "+noun+" JetStream reported as duplicates (a retry after a lost ack)."),
+		splits:        c("splits_total", noun+" split in two because their message exceeded the server's max_payload."),
+		resent:        c("resent_total", noun+" JetStream had acknowledged, published again after the connection came back (a stopping server may drop what it acknowledged last; the stream drops what it kept as duplicates)."),
+		resendDropped: c("resend_dropped_total", noun+" JetStream had acknowledged just before a connection loss that were not published again: a second loss came before the publisher looked, with more at risk than the 4 MiB it keeps (a stopping server may have dropped them)."),
+		collide:       c("id_collisions_total", "First publishes of "+noun+" JetStream reported as duplicates: another publisher used the Nats-Msg-Id first (a forgery, or two agents with one agent.id); each was republished under a new batch_seq."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: prefix + "seconds", Help: "Time from publish to JetStream ack of " + noun + ".",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 }
 
 func (m metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency, m.collide, m.resent}
+	return []prometheus.Collector{m.published, m.records, m.bytes, m.retries, m.dupes, m.splits, m.latency, m.collide, m.resent, m.resendDropped}
 }
 
 // New returns the flow publisher: NewFor(js, Flows, opts).
@@ -386,7 +389,11 @@ func (p *PublisherOf[T]) publishOnce(ctx context.Context, msg *nats.Msg, id stri
 	if ack.Duplicate && first {
 		return fmt.Errorf("publish %s: %w", id, errIDCollision)
 	}
-	p.recent.add(time.Now(), p.js.Conn().Stats().Reconnects, msg, id, records)
+	if n := p.recent.add(time.Now(), p.js.Conn().Stats().Reconnects, msg, id, records); n > 0 {
+		p.m.resendDropped.Add(float64(n))
+		p.log.Warn("batches acknowledged just before a connection loss will not be published again: a second loss came before the publisher looked, with more at risk than it keeps (a stopping server may have dropped them)",
+			"batches", n, "kept_bytes", resendMaxBytes, "see", "tapflow_publish_resend_dropped_total")
+	}
 	p.m.latency.Observe(time.Since(start).Seconds())
 	p.m.published.Inc()
 	p.m.records.Add(float64(records))

@@ -569,8 +569,9 @@ func TestFlipUnderConcurrentRuns(t *testing.T) {
 // TestCacheAdmission: with one cache slot, a flow takes the slot when it
 // is empty or on its second packet in a row; flows seen one packet at a
 // time go to the table and never evict (issue 24: a miss costs no more
-// than the table). Every packet is counted exactly once, in the slot or
-// the table. seq names flows by UDP source port.
+// than the table). A flush (a flip of the generations) leaves an empty
+// slot. Every packet is counted exactly once, in the slot or the table.
+// seq names flows by UDP source port; 0 flushes the cache.
 func TestCacheAdmission(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -583,13 +584,25 @@ func TestCacheAdmission(t *testing.T) {
 		{"the second packet in a row is admitted", []uint16{1, 2, 2, 2}, 2, 2},
 		{"a hit in between resets the candidate", []uint16{1, 2, 1, 2, 1}, 1, 3},
 		{"admitted back after an eviction", []uint16{1, 2, 2, 1, 1}, 1, 1},
+		{"after a flush the slot's flow takes it back at once", []uint16{1, 1, 0, 1}, 1, 1},
+		{"after a flush another flow takes it at once", []uint16{1, 0, 2, 2, 2}, 2, 3},
+		{"a flush between a flow's two packets in a row: the empty slot takes it", []uint16{1, 2, 0, 2}, 2, 1},
+		{"two flushes: the slot is empty", []uint16{1, 2, 2, 0, 0, 3}, 3, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := loadForTest(t, Spec{FlowEntries: 16, CacheSlots: 1})
 			want := map[uint16]uint64{}
+			packets := 0
 			for _, p := range tc.seq {
+				if p == 0 {
+					if _, deferred, err := o.FlushCache(); err != nil || deferred {
+						t.Fatalf("flush: deferred %v, %v", deferred, err)
+					}
+					continue
+				}
 				run(t, o, DirTX, eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(p, 53, pad(10)))))
 				want[p]++
+				packets++
 			}
 			var slots []FlowCent
 			if err := o.cacheSlots(func(c *FlowCent) { slots = append(slots, *c) }); err != nil {
@@ -605,8 +618,40 @@ func TestCacheAdmission(t *testing.T) {
 			if !maps.Equal(got, want) {
 				t.Fatalf("packets per flow %v, want %v", got, want)
 			}
-			if m := meter(t, o, DirTX); m.Packets != uint64(len(tc.seq)) || m.FailedUpdates != 0 || m.Records != 0 {
-				t.Fatalf("meter %+v, want %d packets and no record", m, len(tc.seq))
+			if m := meter(t, o, DirTX); m.Packets != uint64(packets) || m.FailedUpdates != 0 || m.Records != 0 {
+				t.Fatalf("meter %+v, want %d packets and no record", m, packets)
+			}
+		})
+	}
+}
+
+// TestCacheSlotFreedByClose: a FIN or RST of the slot's flow empties the
+// slot and its admission state, so the next flow takes the slot at its
+// first packet, as in an empty cache; the closed flow's record holds every
+// packet.
+func TestCacheSlotFreedByClose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		last uint8
+	}{{"fin", 0x11}, {"rst", 0x04}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := loadForTest(t, Spec{FlowEntries: 16, CacheSlots: 1})
+			frame := func(sport uint16, flags uint8) []byte {
+				return eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 6, v4opts{}, tcp(sport, 80, flags, pad(10))))
+			}
+			for _, f := range []uint8{0x02, 0x10, tc.last} {
+				run(t, o, DirTX, frame(1, f))
+			}
+			if recs := drainRing(t, o); len(recs) != 1 || recs[0].Key.SrcPort != 1 || recs[0].Val.Packets != 3 {
+				t.Fatalf("records after the close %+v, want flow 1 with 3 packets", recs)
+			}
+			run(t, o, DirTX, frame(2, 0x02))
+			var slots []FlowCent
+			if err := o.cacheSlots(func(c *FlowCent) { slots = append(slots, *c) }); err != nil {
+				t.Fatal(err)
+			}
+			if len(slots) != 1 || slots[0].FlowKey().SrcPort != 2 || slots[0].Packets != 1 {
+				t.Fatalf("cache slots %+v, want flow 2 with 1 packet", slots)
 			}
 		})
 	}

@@ -243,6 +243,31 @@ type Objects struct {
 	lock       *os.File // flock on PinDir
 }
 
+// size sets spec's map sizes and load-time constants from s.
+func (s Spec) size(spec *ebpf.CollectionSpec) error {
+	spec.Maps[flowMapFlows4].MaxEntries = s.FlowEntries
+	spec.Maps[flowMapFlows6].MaxEntries = s.flow6Entries()
+	spec.Maps[flowMapRecords].MaxEntries = s.RingBytes
+	spec.Maps[flowMapMeters].MaxEntries = (s.Interfaces + 1) * 2
+	spec.Maps[flowMapIfSlotsBig].MaxEntries = s.Interfaces
+	slots := s.cacheSlots()
+	spec.Maps[flowMapCache0].MaxEntries = slots
+	spec.Maps[flowMapCache1].MaxEntries = slots
+	spec.Maps[flowMapCaches].InnerMap.MaxEntries = slots
+	if err := spec.Variables[flowVarActiveTimeoutNs].Set(uint64(s.ActiveTimeout)); err != nil {
+		return fmt.Errorf("set active_timeout_ns: %w", err)
+	}
+	if err := spec.Variables[flowVarCacheMask].Set(slots - 1); err != nil {
+		return fmt.Errorf("set cache_mask: %w", err)
+	}
+	if s.NoCache {
+		if err := spec.Variables[flowVarCacheOff].Set(uint8(1)); err != nil {
+			return fmt.Errorf("set cache_off: %w", err)
+		}
+	}
+	return nil
+}
+
 // Load checks the kernel, sizes the maps from s and loads everything. It
 // attaches nothing.
 func Load(s Spec) (*Objects, error) {
@@ -291,25 +316,11 @@ func Load(s Spec) (*Objects, error) {
 		}
 		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: stateDir}}
 	}
-	spec.Maps[flowMapFlows4].MaxEntries = s.FlowEntries
-	spec.Maps[flowMapFlows6].MaxEntries = s.flow6Entries()
-	spec.Maps[flowMapRecords].MaxEntries = s.RingBytes
-	spec.Maps[flowMapMeters].MaxEntries = (s.Interfaces + 1) * 2
-	spec.Maps[flowMapIfSlotsBig].MaxEntries = s.Interfaces
-	slots := s.cacheSlots()
-	spec.Maps[flowMapCache0].MaxEntries = slots
-	spec.Maps[flowMapCache1].MaxEntries = slots
-	spec.Maps[flowMapCaches].InnerMap.MaxEntries = slots
-	if err := spec.Variables[flowVarActiveTimeoutNs].Set(uint64(s.ActiveTimeout)); err != nil {
-		return nil, fmt.Errorf("set active_timeout_ns: %w", err)
-	}
-	if err := spec.Variables[flowVarCacheMask].Set(slots - 1); err != nil {
-		return nil, fmt.Errorf("set cache_mask: %w", err)
-	}
-	if s.NoCache {
-		if err := spec.Variables[flowVarCacheOff].Set(uint8(1)); err != nil {
-			return nil, fmt.Errorf("set cache_off: %w", err)
+	if err := s.size(spec); err != nil {
+		if lock != nil {
+			lock.Close()
 		}
+		return nil, err
 	}
 	o := &Objects{spec: s, stateDir: stateDir, adopted: adopted, adoptDiffs: diffs, lock: lock}
 	if err := spec.LoadAndAssign(&o.objs, opts); err != nil {

@@ -176,6 +176,7 @@ func loadOn(b *testing.B, o *Objects, prog string, noCache bool) *ebpf.Program {
 		flowMapCache0: m.Cache0, flowMapCache1: m.Cache1, flowMapCaches: m.Caches,
 		flowMapFlows4: m.Flows4, flowMapFlows6: m.Flows6, flowMapIfSlots: m.IfSlots,
 		flowMapIfSlotsBig: m.IfSlotsBig, flowMapMeters: m.Meters, flowMapRecords: m.Records,
+		flowMapCacheStates: m.CacheStates,
 	}
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
 		Maps: spec.Maps, Programs: map[string]*ebpf.ProgramSpec{prog: spec.Programs[prog]},

@@ -493,6 +493,26 @@ struct {
 	.values = {[0] = &cache0, [1] = &cache1},
 };
 
+/* Per CPU: whether the cache pays. A probe that finds no slot of its
+ * flow costs a look at the slot on top of the table's update; with more
+ * flows than slots and few packets of a flow in a row, almost every probe
+ * is such a miss. So every CACHE_WINDOW probes, a CPU whose slots counted
+ * fewer than CACHE_MIN_HITS of them sends its next CACHE_BYPASS packets
+ * straight to the table, then probes again. Flows left in slots stay there
+ * until the sweep's flush or a probe evicts them: a FIN that passes during
+ * a bypass exports what the table holds, and the slot's share follows in a
+ * later record of the same key, as across CPUs. */
+#define CACHE_WINDOW 1024
+#define CACHE_MIN_HITS (CACHE_WINDOW / 16)
+#define CACHE_BYPASS 65536
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cache_state);
+} cache_states SEC(".maps");
+
 /* Set by the loader: cache slots per CPU − 1 (a power of two − 1), and
  * cache_off to send every packet to the table (tests, ablation; the
  * verifier prunes the branch it never takes). */
@@ -568,9 +588,23 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 	__u8 end = (flags & TH_RST) ? END_RST : ((flags & TH_FIN) ? END_FIN : 0);
 	const __u64 *w = (const __u64 *)k;
 	struct flow_cent *c = 0;
+	struct cache_state *st = 0;
 	__u32 z = 0, tag = 0;
-	void *cache = cache_off ? 0 : bpf_map_lookup_elem(&caches, &z);
+	void *cache = 0;
 
+	if (!cache_off)
+		st = bpf_map_lookup_elem(&cache_states, &z);
+	if (st && st->bypass) {
+		st->bypass--;
+	} else if (st) {
+		if (++st->probes >= CACHE_WINDOW) {
+			if (st->hits < CACHE_MIN_HITS)
+				st->bypass = CACHE_BYPASS;
+			st->probes = 0;
+			st->hits = 0;
+		}
+		cache = bpf_map_lookup_elem(&caches, &z);
+	}
 	if (cache) {
 		tag = cache_tag(w, v6);
 		__u32 slot = tag & cache_mask;
@@ -592,6 +626,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			c->packets++;
 			c->tcp_flags |= flags;
 			c->cand = 0;
+			st->hits++;
 			return;
 		}
 		__u64 now = bpf_ktime_get_coarse_ns();
@@ -602,6 +637,7 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 			c->last_jiffies = j;
 			c->last_ns = now;
 			c->cand = 0;
+			st->hits++;
 			return;
 		}
 		/* FIN/RST or active timeout: the slot and this packet go to

@@ -168,6 +168,14 @@ struct flow_cent {
 	__u64 _pad[3];
 };
 
+/* The flow cache's bypass state, one per CPU (see account in flow.bpf.c). */
+struct cache_state {
+	__u32 bypass; /* packets left to count in the table without a probe */
+	__u32 probes; /* packets probed in the current window */
+	__u32 hits;   /* of them, counted in their slot */
+	__u32 _pad;
+};
+
 #define CENT_EMPTY 0
 #define CENT_V4 1
 #define CENT_V6 2

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type flowCacheState struct {
+	_      structs.HostLayout
+	Bypass uint32
+	Probes uint32
+	Hits   uint32
+	Pad    uint32
+}
+
 type flowFlowCent struct {
 	_           structs.HostLayout
 	Bytes       uint64
@@ -140,6 +148,7 @@ type flowSweepArgs struct {
 const (
 	flowMapCache0          = "cache0"
 	flowMapCache1          = "cache1"
+	flowMapCacheStates     = "cache_states"
 	flowMapCaches          = "caches"
 	flowMapFlows4          = "flows4"
 	flowMapFlows6          = "flows6"
@@ -212,15 +221,16 @@ type flowProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowMapSpecs struct {
-	Cache0     *ebpf.MapSpec `ebpf:"cache0"`
-	Cache1     *ebpf.MapSpec `ebpf:"cache1"`
-	Caches     *ebpf.MapSpec `ebpf:"caches"`
-	Flows4     *ebpf.MapSpec `ebpf:"flows4"`
-	Flows6     *ebpf.MapSpec `ebpf:"flows6"`
-	IfSlots    *ebpf.MapSpec `ebpf:"if_slots"`
-	IfSlotsBig *ebpf.MapSpec `ebpf:"if_slots_big"`
-	Meters     *ebpf.MapSpec `ebpf:"meters"`
-	Records    *ebpf.MapSpec `ebpf:"records"`
+	Cache0      *ebpf.MapSpec `ebpf:"cache0"`
+	Cache1      *ebpf.MapSpec `ebpf:"cache1"`
+	CacheStates *ebpf.MapSpec `ebpf:"cache_states"`
+	Caches      *ebpf.MapSpec `ebpf:"caches"`
+	Flows4      *ebpf.MapSpec `ebpf:"flows4"`
+	Flows6      *ebpf.MapSpec `ebpf:"flows6"`
+	IfSlots     *ebpf.MapSpec `ebpf:"if_slots"`
+	IfSlotsBig  *ebpf.MapSpec `ebpf:"if_slots_big"`
+	Meters      *ebpf.MapSpec `ebpf:"meters"`
+	Records     *ebpf.MapSpec `ebpf:"records"`
 }
 
 // flowVariableSpecs contains global variables before they are loaded into the kernel.
@@ -254,21 +264,23 @@ func (o *flowObjects) Close() error {
 //
 // It can be passed to loadFlowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowMaps struct {
-	Cache0     *ebpf.Map `ebpf:"cache0"`
-	Cache1     *ebpf.Map `ebpf:"cache1"`
-	Caches     *ebpf.Map `ebpf:"caches"`
-	Flows4     *ebpf.Map `ebpf:"flows4"`
-	Flows6     *ebpf.Map `ebpf:"flows6"`
-	IfSlots    *ebpf.Map `ebpf:"if_slots"`
-	IfSlotsBig *ebpf.Map `ebpf:"if_slots_big"`
-	Meters     *ebpf.Map `ebpf:"meters"`
-	Records    *ebpf.Map `ebpf:"records"`
+	Cache0      *ebpf.Map `ebpf:"cache0"`
+	Cache1      *ebpf.Map `ebpf:"cache1"`
+	CacheStates *ebpf.Map `ebpf:"cache_states"`
+	Caches      *ebpf.Map `ebpf:"caches"`
+	Flows4      *ebpf.Map `ebpf:"flows4"`
+	Flows6      *ebpf.Map `ebpf:"flows6"`
+	IfSlots     *ebpf.Map `ebpf:"if_slots"`
+	IfSlotsBig  *ebpf.Map `ebpf:"if_slots_big"`
+	Meters      *ebpf.Map `ebpf:"meters"`
+	Records     *ebpf.Map `ebpf:"records"`
 }
 
 func (m *flowMaps) Close() error {
 	return _FlowClose(
 		m.Cache0,
 		m.Cache1,
+		m.CacheStates,
 		m.Caches,
 		m.Flows4,
 		m.Flows6,

@@ -118,7 +118,9 @@ type Spec struct {
 // slots cost +280 ns per packet over the table alone, 256 slots +60 (the
 // slots leave the CPU caches); a hit costs the same at either size. Since
 // a flow is admitted only on its second packet in a row at its slot, a
-// miss costs the look at the slot (BenchmarkPerPacket/flows=N/burst=B).
+// miss costs the look at the slot, and a CPU where the slots count few of
+// the packets probed bypasses the cache for a while
+// (BenchmarkPerPacket/flows=N/burst=B).
 const DefaultCacheSlots = 256
 
 // flowCentBytes is the size of one cache slot (struct flow_cent).

@@ -656,3 +656,97 @@ func TestCacheSlotFreedByClose(t *testing.T) {
 		})
 	}
 }
+
+// The flow cache's bypass (flow.bpf.c: CACHE_WINDOW, CACHE_MIN_HITS,
+// CACHE_BYPASS).
+const (
+	cacheWindow = 1024
+	cacheBypass = 65536
+)
+
+// TestCacheBypass: a CPU whose cache counted fewer than one probe in 16
+// over a window of 1,024 (flows seen one packet at a time) sends the next
+// 65,536 packets straight to the table, then probes again; a burst during
+// the bypass is counted in the table, one after it is admitted as usual.
+// Every packet is counted exactly once.
+func TestCacheBypass(t *testing.T) {
+	o := loadForTest(t, Spec{FlowEntries: 4 * cacheWindow, CacheSlots: 1})
+	frame := func(sport uint16) []byte {
+		return eth(macB, macA, 0x0800, ipv4("10.0.0.1", "10.0.0.2", 17, v4opts{}, udp(sport, 53, pad(10))))
+	}
+	runN := func(sport uint16, n int) {
+		t.Helper()
+		if _, _, err := o.Ingress().Benchmark(frame(sport), n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bypass := func() uint32 {
+		t.Helper()
+		var st []flowCacheState
+		if err := o.objs.CacheStates.Lookup(uint32(0), &st); err != nil {
+			t.Fatal(err)
+		}
+		var sum uint32
+		for _, s := range st {
+			sum += s.Bypass
+		}
+		return sum
+	}
+	inSlot := func() (sport uint16, packets uint64) {
+		t.Helper()
+		var slots []FlowCent
+		if err := o.cacheSlots(func(c *FlowCent) { slots = append(slots, *c) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(slots) != 1 {
+			t.Fatalf("%d slots occupied, want 1", len(slots))
+		}
+		return slots[0].FlowKey().SrcPort, slots[0].Packets
+	}
+
+	for p := range cacheWindow - 1 { // flows 1..1023: flow 1 takes the empty slot
+		runN(uint16(p+1), 1)
+	}
+	if got := bypass(); got != 0 {
+		t.Fatalf("bypass %d before the window is full", got)
+	}
+	runN(cacheWindow, 1) // the window's last probe: no hit in it
+	if got := bypass(); got != cacheBypass {
+		t.Fatalf("bypass %d after a window without hits, want %d", got, cacheBypass)
+	}
+	const burst = 5000 // flow 5000 in a row: during the bypass, the table's
+	runN(burst, 100)
+	if p, n := inSlot(); p != 1 || n != 1 {
+		t.Fatalf("slot holds flow %d (%d packets) during the bypass, want flow 1 (1)", p, n)
+	}
+	runN(burst, cacheBypass-100)
+	if got := bypass(); got != 0 {
+		t.Fatalf("bypass %d after %d packets, want 0", got, cacheBypass)
+	}
+	runN(burst, 3) // probing again: admitted at its second packet, then a hit
+	if p, n := inSlot(); p != burst || n != 2 {
+		t.Fatalf("slot holds flow %d (%d packets) after the bypass, want flow %d (2)", p, n, burst)
+	}
+	runN(burst, cacheWindow) // a window of hits: no bypass
+	if got := bypass(); got != 0 {
+		t.Fatalf("bypass %d after a window of hits", got)
+	}
+	if p, n := inSlot(); p != burst || n != cacheWindow+2 {
+		t.Fatalf("slot holds flow %d (%d packets), want flow %d (%d)", p, n, burst, cacheWindow+2)
+	}
+
+	want := map[uint16]uint64{burst: cacheBypass + 3 + cacheWindow}
+	for p := range cacheWindow {
+		want[uint16(p+1)] = 1
+	}
+	got := map[uint16]uint64{}
+	for _, f := range dumpFlows(t, o) { // table and slot added up
+		got[f.K.SrcPort] += f.V.Packets
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("packets per flow differ: %d flows, want %d; flow %d: %d packets, want %d", len(got), len(want), burst, got[burst], want[burst])
+	}
+	if m := meter(t, o, DirTX); m.Packets != 2*cacheWindow+cacheBypass+3 || m.FailedUpdates != 0 {
+		t.Fatalf("meter %+v, want %d packets", m, 2*cacheWindow+cacheBypass+3)
+	}
+}

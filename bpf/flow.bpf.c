@@ -598,8 +598,10 @@ static __always_inline void account(void *map, union fkey *k, bool v6,
 		st->bypass--;
 	} else if (st) {
 		if (++st->probes >= CACHE_WINDOW) {
-			if (st->hits < CACHE_MIN_HITS)
+			if (st->hits < CACHE_MIN_HITS) {
 				st->bypass = CACHE_BYPASS;
+				st->bypasses++;
+			}
 			st->probes = 0;
 			st->hits = 0;
 		}

@@ -173,7 +173,7 @@ struct cache_state {
 	__u32 bypass; /* packets left to count in the table without a probe */
 	__u32 probes; /* packets probed in the current window */
 	__u32 hits;   /* of them, counted in their slot */
-	__u32 _pad;
+	__u32 bypasses; /* bypasses started (read by userspace: a metric) */
 };
 
 #define CENT_EMPTY 0

@@ -14,11 +14,11 @@ import (
 )
 
 type flowCacheState struct {
-	_      structs.HostLayout
-	Bypass uint32
-	Probes uint32
-	Hits   uint32
-	Pad    uint32
+	_        structs.HostLayout
+	Bypass   uint32
+	Probes   uint32
+	Hits     uint32
+	Bypasses uint32
 }
 
 type flowFlowCent struct {

@@ -498,6 +498,22 @@ func (o *Objects) cacheSlots(f func(*FlowCent)) error {
 	return nil
 }
 
+// CacheBypasses counts, over every CPU, the times a CPU started to send
+// packets straight to the flow table because its cache counted too few of
+// the packets it probed (flow.bpf.c: CACHE_BYPASS). It starts at 0 with
+// every load.
+func (o *Objects) CacheBypasses() (uint64, error) {
+	var st []flowCacheState
+	if err := o.objs.CacheStates.Lookup(uint32(0), &st); err != nil {
+		return 0, fmt.Errorf("read flow cache state: %w", err)
+	}
+	var n uint64
+	for _, s := range st {
+		n += uint64(s.Bypasses)
+	}
+	return n, nil
+}
+
 // CachedFlows counts the occupied flow-cache slots (both generations, all
 // CPUs). Zero after a shutdown sweep: nothing is left behind in a cache.
 func (o *Objects) CachedFlows() (int, error) {

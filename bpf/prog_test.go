@@ -714,6 +714,13 @@ func TestCacheBypass(t *testing.T) {
 	if got := bypass(); got != cacheBypass {
 		t.Fatalf("bypass %d after a window without hits, want %d", got, cacheBypass)
 	}
+	bypasses := func(want uint64) {
+		t.Helper()
+		if n, err := o.CacheBypasses(); err != nil || n != want {
+			t.Fatalf("CacheBypasses() = %d, %v; want %d", n, err, want)
+		}
+	}
+	bypasses(1)
 	const burst = 5000 // flow 5000 in a row: during the bypass, the table's
 	runN(burst, 100)
 	if p, n := inSlot(); p != 1 || n != 1 {
@@ -731,6 +738,7 @@ func TestCacheBypass(t *testing.T) {
 	if got := bypass(); got != 0 {
 		t.Fatalf("bypass %d after a window of hits", got)
 	}
+	bypasses(1)
 	if p, n := inSlot(); p != burst || n != cacheWindow+2 {
 		t.Fatalf("slot holds flow %d (%d packets), want flow %d (%d)", p, n, burst, cacheWindow+2)
 	}

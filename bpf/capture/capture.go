@@ -106,6 +106,7 @@ type Capture struct {
 	freeSlots []uint32
 	offsetNs  int64 // wall ns − CLOCK_MONOTONIC_COARSE ns
 	sweepMax  uint32
+	bypasses  uint64 // the kernel's cache bypass count at the last sweep
 	meterBuf  []MeterRecord
 	// pendingMeters holds final deltas of interfaces replaced by a new one
 	// with the same ifindex, until the next meter tick.
@@ -696,6 +697,21 @@ func (c *Capture) waitAcks(d time.Duration) bool {
 	return true
 }
 
+// countBypasses adds the flow cache's bypasses since the last sweep to
+// tapflow_capture_flow_cache_bypasses_total. A metric only: a failed read
+// is logged at debug and tried again at the next sweep.
+func (c *Capture) countBypasses() {
+	n, err := c.objs.CacheBypasses()
+	if err != nil {
+		c.log.Debug("flow cache bypasses not counted", "err", err)
+		return
+	}
+	if n > c.bypasses {
+		c.m.cacheBypasses.Add(float64(n - c.bypasses))
+	}
+	c.bypasses = n
+}
+
 // sweep runs the sweep program until it is not deferred, draining between
 // runs.
 func (c *Capture) sweep(ctx context.Context, idle time.Duration, reason bpf.EndReason) error {
@@ -711,6 +727,9 @@ func (c *Capture) sweepUntil(ctx, until context.Context, idle time.Duration, rea
 			return fmt.Errorf("capture: %w", err)
 		}
 		c.m.cacheMerged.Add(float64(res.Merged))
+		if i == 0 {
+			c.countBypasses()
+		}
 		if res.Scanned > 0 || !res.Deferred {
 			c.m.tableEntries.Set(float64(res.Scanned - res.Deleted))
 		}

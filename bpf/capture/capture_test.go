@@ -445,6 +445,10 @@ func TestCacheFlipUnderLoad(t *testing.T) {
 	if n := gauge(t, r.reg, "tapflow_capture_flow_cache_merged_total"); n == 0 {
 		t.Error("no sweep merged a cache slot")
 	}
+	// Bursts of a few flows: the caches pay, no CPU bypasses them.
+	if n := gauge(t, r.reg, "tapflow_capture_flow_cache_bypasses_total"); n != 0 {
+		t.Errorf("tapflow_capture_flow_cache_bypasses_total = %v with bursts of few flows, want 0", n)
+	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -515,4 +519,57 @@ func TestInterfaceChurn(t *testing.T) {
 		t.Fatalf("removed tap's flow: %d packets under its name, want 50", p)
 	}
 	checkConservation(t, r.col, false, a.Tap, b.Tap)
+}
+
+// TestCacheBypassCounted: one packet each of 3,000 flows sent from one
+// CPU: its flow cache counts none of them twice, so that CPU bypasses the
+// cache (bpf.TestCacheBypass has the rule), tapflow_capture_flow_cache_bypasses_total
+// counts it at a sweep, and the records still add up to the meters.
+func TestCacheBypassCounted(t *testing.T) {
+	const flows = 3000
+	lab := nslab.New(t)
+	src, dst := lab.AddVM(1, true), lab.AddVM(2, true)
+	cfg := labConfig(lab, attach.Auto)
+	cfg.IdleTimeout = units.Duration(time.Second)
+	cfg.SweepInterval = units.Duration(100 * time.Millisecond)
+	r := start(t, cfg)
+	waitFor(t, "2 attached taps", func() bool { return gauge(t, r.reg, "tapflow_capture_attached_interfaces") == 2 })
+	if n := gauge(t, r.reg, "tapflow_capture_flow_cache_bypasses_total"); n != 0 {
+		t.Fatalf("%v bypasses before any traffic", n)
+	}
+	listenUDP(t, dst, 9400)
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var old, one unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			t.Fatal(err)
+		}
+		one.Set(0)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			t.Fatalf("pin sender to CPU 0: %v", err)
+		}
+		defer unix.SchedSetaffinity(0, &old)
+		for f := range flows {
+			if err := sendFlow(src, 20000+f, dst.IP, 9400, 1, 100); err != nil {
+				t.Fatalf("flow %d: %v", f, err)
+			}
+		}
+	}()
+	waitFor(t, "a cache bypass counted", func() bool { return gauge(t, r.reg, "tapflow_capture_flow_cache_bypasses_total") >= 1 })
+	waitFor(t, "idle sweeps export every metered byte", func() bool {
+		rs, ms := r.col.recordSums(), r.col.meterSums()
+		for _, tap := range []string{src.Tap, dst.Tap} {
+			for _, d := range []string{"tx", "rx"} {
+				k := tapDir{tap, d}
+				if rs[k].bytes != ms[k].bytes || rs[k].packets != ms[k].packets {
+					return false
+				}
+			}
+		}
+		return ms[tapDir{src.Tap, "tx"}].packets >= flows
+	})
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
 }

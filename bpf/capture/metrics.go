@@ -20,6 +20,7 @@ type metrics struct {
 	tableCapacity          prometheus.Gauge
 	sweepDeferred          prometheus.Counter
 	cacheMerged            prometheus.Counter
+	cacheBypasses          prometheus.Counter
 	adopted                prometheus.Counter
 	unacked                prometheus.Gauge
 	exports                prometheus.Counter
@@ -50,7 +51,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		tableCapacity:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tapflow_capture_flow_table_capacity", Help: "Flow-table size (max entries, IPv4 and IPv6 tables)."}),
 		sweepDeferred:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_sweep_deferred_total", Help: "Sweeps cut short by a full ring buffer (retried; nothing lost)."}),
 		cacheMerged:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_flow_cache_merged_total", Help: "Per-CPU flow-cache slots the sweep merged into the flow table."}),
-		adopted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_adopted_interfaces_total", Help: "Interfaces whose pinned attachment, table and meters this run took over from a previous one."}),
+		cacheBypasses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_flow_cache_bypasses_total",
+			Help: "Times a CPU sent its next 65,536 packets straight to the flow table because its flow cache had counted fewer than 1 in 16 of the 1,024 packets it probed before (many flows, few packets of one in a row); a steady rise means the cache does not pay for this traffic. Counted at each sweep."}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_adopted_interfaces_total", Help: "Interfaces whose pinned attachment, table and meters this run took over from a previous one."}),
 		exports: prometheus.NewCounter(prometheus.CounterOpts{Name: "tapflow_capture_live_exports_total",
 			Help: "Exports of every live flow (ExportLive: before an attribution-changing inventory swap)."}),
 		exportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tapflow_capture_live_export_seconds",
@@ -71,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.packets, m.bytes, m.lostPackets, m.lostBytes, m.failedUpdates,
-		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.adopted, m.unacked, m.exports, m.exportSeconds,
+		m.skippedNonIP, m.recordsVec, m.attached, m.attachFailures, m.tableEntries, m.tableCapacity, m.sweepDeferred, m.cacheMerged, m.cacheBypasses, m.adopted, m.unacked, m.exports, m.exportSeconds,
 		m.pinDurable, m.strandedRecords, m.strandedBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register capture metrics: %w", err)

@@ -5,6 +5,7 @@ package bpf
 import (
 	"encoding/binary"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -171,12 +172,14 @@ func loadOn(b *testing.B, o *Objects, prog string, noCache bool) *ebpf.Program {
 	if err := s.size(spec); err != nil {
 		b.Fatal(err)
 	}
-	m := o.objs.flowMaps
-	shared := map[string]*ebpf.Map{
-		flowMapCache0: m.Cache0, flowMapCache1: m.Cache1, flowMapCaches: m.Caches,
-		flowMapFlows4: m.Flows4, flowMapFlows6: m.Flows6, flowMapIfSlots: m.IfSlots,
-		flowMapIfSlotsBig: m.IfSlotsBig, flowMapMeters: m.Meters, flowMapRecords: m.Records,
-		flowMapCacheStates: m.CacheStates,
+	// Every map of o, by its ELF name (the generated struct's tags), so a
+	// map added to flow.bpf.c is shared without a list to keep up.
+	shared := map[string]*ebpf.Map{}
+	mv := reflect.ValueOf(o.objs.flowMaps)
+	for i := range mv.NumField() {
+		if name := mv.Type().Field(i).Tag.Get("ebpf"); name != "" {
+			shared[name] = mv.Field(i).Interface().(*ebpf.Map)
+		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
 		Maps: spec.Maps, Programs: map[string]*ebpf.ProgramSpec{prog: spec.Programs[prog]},

@@ -530,6 +530,8 @@ func TestCacheBypassCounted(t *testing.T) {
 	lab := nslab.New(t)
 	src, dst := lab.AddVM(1, true), lab.AddVM(2, true)
 	cfg := labConfig(lab, attach.Auto)
+	// Sweeps (which count the bypasses) and idle exports within waitFor's
+	// 10 s; the defaults (sweep every 5 s, idle after 15 s) would not.
 	cfg.IdleTimeout = units.Duration(time.Second)
 	cfg.SweepInterval = units.Duration(100 * time.Millisecond)
 	r := start(t, cfg)

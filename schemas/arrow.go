@@ -154,11 +154,13 @@ func (t *Table[T]) wireSchema(form wireForm, cols []wireColumn) *arrow.Schema {
 	return t.ArrowSchema()
 }
 
-// narrowSchema is sc with the index types of cols' dictionaries.
+// narrowSchema is sc with the index types of cols' dictionaries, and
+// with a dictionary where a string column of sc sends one in this
+// message (ipColumn).
 func narrowSchema(sc *arrow.Schema, cols []wireColumn) *arrow.Schema {
 	fields := sc.Fields()
 	for i, c := range cols {
-		if fields[i].Type.ID() == arrow.DICTIONARY {
+		if fields[i].Type.ID() == arrow.DICTIONARY || c.typ.ID() == arrow.DICTIONARY {
 			fields[i].Type = c.typ
 		}
 	}
@@ -271,11 +273,32 @@ type colArena struct {
 	strs   [][]string
 	macs   []map[uint64]int32
 	ns, nm int
+	// ips are the address tables of IP columns (ipColumn).
+	ips [][]ipSlot
+	nip int
 	// ipc writes the message from these buffers (ipcwrite.go).
 	ipc ipcWriter
 }
 
-func (a *colArena) reset() { a.n64, a.n32, a.nb, a.ns, a.nm = 0, 0, 0, 0, 0 }
+func (a *colArena) reset() { a.n64, a.n32, a.nb, a.ns, a.nm, a.nip = 0, 0, 0, 0, 0, 0 }
+
+// ipTable is an empty address table of n slots (a power of two).
+func (a *colArena) ipTable(n int) []ipSlot {
+	if a == nil {
+		return make([]ipSlot, n)
+	}
+	if a.nip == len(a.ips) {
+		a.ips = append(a.ips, nil)
+	}
+	t := &a.ips[a.nip]
+	a.nip++
+	if cap(*t) < n {
+		*t = make([]ipSlot, n)
+	}
+	*t = (*t)[:n]
+	clear(*t)
+	return *t
+}
 
 // strings is an empty value slice for a dictionary and its slot, for
 // keepStrings.
@@ -724,23 +747,7 @@ func (c *dictColumn) column() wireColumn {
 // narrowed in place (each index is read before its bytes are written
 // over) to the narrowest type that holds the dictionary (formDict).
 func (c *dictColumn) indices() (*arrow.DictionaryType, []byte) {
-	n, m := len(c.keys), len(c.vals)
-	if c.form == formWide || n == 0 || m > 1<<15 {
-		return wireDictType, arrow.Int32Traits.CastToBytes(c.keys)
-	}
-	p := unsafe.Pointer(unsafe.SliceData(c.keys))
-	if m <= 1<<7 {
-		v := unsafe.Slice((*int8)(p), n)
-		for i, k := range c.keys {
-			v[i] = int8(k)
-		}
-		return dictInt8, arrow.Int8Traits.CastToBytes(v)
-	}
-	v := unsafe.Slice((*int16)(p), n)
-	for i, k := range c.keys {
-		v[i] = int16(k)
-	}
-	return dictInt16, arrow.Int16Traits.CastToBytes(v)
+	return narrowKeys(c.keys, len(c.vals), c.form)
 }
 
 // zeroArray is n zero values of kind k: a column an older writer did not

@@ -28,20 +28,6 @@ func (e *EncoderOf[T]) withForm(f wireForm) *EncoderOf[T] {
 // benchmarks.
 func ToArrowPlain(recs []Flow) arrow.RecordBatch { return FlowTable.toArrow(recs, nil, formPlain, nil) }
 
-// IPDict is src_ip and dst_ip of recs built as dictionary columns (the
-// text path), for benchmarks: the wire sends them as plain utf8.
-func IPDict(recs []Flow) [2]arrow.Array {
-	var a colArena
-	var s, d dictColumn
-	s.reset(len(recs), formDict, &a)
-	d.reset(len(recs), formDict, &a)
-	for i := range recs {
-		s.add(recs[i].SrcIP)
-		d.add(recs[i].DstIP)
-	}
-	return [2]arrow.Array{s.column().array(), d.column().array()}
-}
-
 // SetDictGroups turns the encoder's dictionary groups on or off
 // (dictgroup.go), for tests and benchmarks; not safe while encoding.
 func SetDictGroups(on bool) { dictGroupsOff = !on }

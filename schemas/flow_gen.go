@@ -105,10 +105,10 @@ func encodeFlowColumns(recs []Flow, id *Identity, form wireForm, a *colArena) []
 	c7 := a.int32s(n)
 	c8 := a.int32s(n)
 	c9 := a.int32s(n)
-	var c10 stringColumn
-	c10.resetIn(a, n, 16)
-	var c11 stringColumn
-	c11.resetIn(a, n, 16)
+	var c10 ipColumn
+	c10.reset(n, form, a)
+	var c11 ipColumn
+	c11.reset(n, form, a)
 	c12 := a.int32s(n)
 	c13 := a.int32s(n)
 	c14 := a.int32s(n)

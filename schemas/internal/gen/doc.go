@@ -28,6 +28,9 @@ func arrowType(c columns.Column) string {
 	if c.Kind == columns.String && c.Dict {
 		return "dictionary<int8/16/32, utf8> (utf8 from agents before 16)"
 	}
+	if c.Kind == columns.String && binForms["Flow"].Col[c.Name] == "ipColumn" {
+		return "utf8, or dictionary<int8/16/32, utf8> in a message whose addresses repeat (always utf8 from agents before IP dictionaries)"
+	}
 	switch c.Kind {
 	case columns.Timestamp:
 		return "timestamp[us, tz=UTC]"
@@ -84,8 +87,10 @@ empty value in the table ('' for strings, 0 for numbers, or a named
 sentinel such as ` + "`unknown`" + ` or ` + "`none`" + `), never null. On the wire,
 low-cardinality strings (Parquet "dictionary" below) are Arrow dictionary
 arrays (one dictionary per message, indices int8, int16 or int32: the
-narrowest that holds it) and the
-others plain utf8; agents released before wire dictionaries send every
+narrowest that holds it); so are src_ip and dst_ip in a message whose
+addresses repeat (one side of a VM's records is its own address), and
+plain utf8 in one where most records bring an address of their own; the
+others are plain utf8. Agents released before wire dictionaries send every
 string as utf8, so during a rolling upgrade **both forms occur in one
 stream**: read string columns by value (pyarrow ` + "`to_pylist`" + `, arrow JS
 ` + "`get(i)`" + `, arrow-go: a type switch on *array.String and *array.Dictionary).

@@ -101,7 +101,7 @@ func (t *Table[T]) ArrowSchema() *arrow.Schema {
 		for i, c := range t.cols {
 			fields[i] = arrow.Field{Name: c.Name, Type: arrowType(c.Kind)}
 			plain[i] = fields[i]
-			if c.Kind == columns.String && c.Dict {
+			if c.Kind == columns.String && c.Dict && !c.Addr {
 				fields[i].Type = wireDictType
 			}
 		}
@@ -148,15 +148,13 @@ func (t *Table[T]) wireSchema(form wireForm, cols []wireColumn) *arrow.Schema {
 	case formPlain:
 		t.ArrowSchema()
 		return t.plainSchema
-	case formDict:
-		return narrowSchema(t.ArrowSchema(), cols)
 	}
-	return t.ArrowSchema()
+	return narrowSchema(t.ArrowSchema(), cols)
 }
 
-// narrowSchema is sc with the index types of cols' dictionaries, and
-// with a dictionary where a string column of sc sends one in this
-// message (ipColumn).
+// narrowSchema is sc with the types cols send: their dictionaries'
+// index types, and utf8 or a dictionary as an IP column (ipColumn)
+// sends it in this message.
 func narrowSchema(sc *arrow.Schema, cols []wireColumn) *arrow.Schema {
 	fields := sc.Fields()
 	for i, c := range cols {

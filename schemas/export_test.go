@@ -43,7 +43,7 @@ func (e *EncoderOf[T]) encodeArrowGo(recs []T, id *Identity) ([]byte, error) {
 	rec := e.t.toArrow(recs, id, e.form, nil)
 	defer rec.Release()
 	opts := slices.Clone(e.opts)
-	if e.form == formDict {
+	if e.form != formPlain { // narrow indices, IP columns as sent
 		opts = append(opts, ipc.WithSchema(rec.Schema()))
 	}
 	var buf bytes.Buffer

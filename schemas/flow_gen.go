@@ -33,9 +33,9 @@ type Flow struct {
 	// Protocol: IANA protocol number.
 	Protocol int32 `parquet:"protocol" json:"protocol"`
 	// SrcIP: source address as on the wire.
-	SrcIP string `parquet:"src_ip" json:"src_ip"`
+	SrcIP string `parquet:"src_ip,dict" json:"src_ip"`
 	// DstIP: destination address as on the wire.
-	DstIP string `parquet:"dst_ip" json:"dst_ip"`
+	DstIP string `parquet:"dst_ip,dict" json:"dst_ip"`
 	// SrcPort: source port; 0 when not TCP/UDP/SCTP.
 	SrcPort int32 `parquet:"src_port" json:"src_port"`
 	// DstPort: destination port; 0 when not TCP/UDP/SCTP.

@@ -49,8 +49,13 @@ type Column struct {
 	Name   string // column name in Arrow, Parquet and SQL
 	GoName string // field name of the generated Go struct
 	Kind   Kind
-	// Dict marks a low-cardinality string: Parquet dictionary-encodes it.
+	// Dict marks a string whose values repeat: Parquet dictionary-encodes
+	// it and the wire sends a dictionary (but Addr columns).
 	Dict bool
+	// Addr marks an IP address as text: its Arrow type is utf8, and an
+	// agent sends it as a dictionary in a message whose addresses repeat
+	// (schemas' ipColumn).
+	Addr bool
 	// Delta marks a slowly-increasing integer (times, sequences): Parquet
 	// uses DELTA_BINARY_PACKED, measured ~20% faster and smaller than plain.
 	Delta bool
@@ -112,8 +117,8 @@ var FlowV1 = []Column{
 	{Name: "vlan_id", GoName: "VLANID", Kind: Int32, Doc: "802.1Q VLAN id; 0 when untagged", Empty: "0: untagged"},
 	{Name: "ip_version", GoName: "IPVersion", Kind: Int32, Doc: "4 or 6"},
 	{Name: "protocol", GoName: "Protocol", Kind: Int32, Doc: "IANA protocol number"},
-	{Name: "src_ip", GoName: "SrcIP", Kind: String, Doc: "source address as on the wire"},
-	{Name: "dst_ip", GoName: "DstIP", Kind: String, Doc: "destination address as on the wire"},
+	{Name: "src_ip", GoName: "SrcIP", Kind: String, Dict: true, Addr: true, Doc: "source address as on the wire"},
+	{Name: "dst_ip", GoName: "DstIP", Kind: String, Dict: true, Addr: true, Doc: "destination address as on the wire"},
 	{Name: "src_port", GoName: "SrcPort", Kind: Int32, Doc: "source port; 0 when not TCP/UDP/SCTP", Empty: "0: not TCP, UDP or SCTP"},
 	{Name: "dst_port", GoName: "DstPort", Kind: Int32, Doc: "destination port; 0 when not TCP/UDP/SCTP", Empty: "0: not TCP, UDP or SCTP"},
 	{Name: "tcp_flags", GoName: "TCPFlags", Kind: Int32, Doc: "OR of the TCP flags seen", Unit: "bit mask (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80)", Empty: "0: not TCP"},

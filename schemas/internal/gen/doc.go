@@ -25,11 +25,11 @@ func RenderDoc(tables []columns.Table) ([]byte, error) {
 }
 
 func arrowType(c columns.Column) string {
+	if c.Kind == columns.String && c.Addr {
+		return "utf8, or dictionary<int8/16/32, utf8> in a message whose addresses repeat (always utf8 from agents before IP dictionaries)"
+	}
 	if c.Kind == columns.String && c.Dict {
 		return "dictionary<int8/16/32, utf8> (utf8 from agents before 16)"
-	}
-	if c.Kind == columns.String && binForms["Flow"].Col[c.Name] == "ipColumn" {
-		return "utf8, or dictionary<int8/16/32, utf8> in a message whose addresses repeat (always utf8 from agents before IP dictionaries)"
 	}
 	switch c.Kind {
 	case columns.Timestamp:

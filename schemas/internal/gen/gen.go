@@ -52,10 +52,6 @@ func Render(t columns.Table) ([]byte, error) {
 type binForm struct {
 	Field, Type string
 	Add         map[string]string // column name → call on the column, r.<Field> in scope as b
-	// Col: column name → the column builder of a string column without
-	// Dict that takes its binary form (reset(n, form, arena); the others
-	// are stringColumn).
-	Col map[string]string
 	// Key: column name → its dictGroup key in the binary form (columns
 	// of a group that have an Add).
 	Key map[string]string
@@ -64,8 +60,7 @@ type binForm struct {
 var binForms = map[string]binForm{
 	"Flow": {Field: "Bin", Type: "FlowBin", Add: map[string]string{
 		"vm_mac": "addMAC(b.VMMAC)", "peer_mac": "addMAC(b.PeerMAC)", "src_ip": "addIP(b.SrcIP)", "dst_ip": "addIP(b.DstIP)",
-	}, Key: map[string]string{"vm_mac": "macKey(b.VMMAC)", "peer_mac": "macKey(b.PeerMAC)"},
-		Col: map[string]string{"src_ip": "ipColumn", "dst_ip": "ipColumn"}},
+	}, Key: map[string]string{"vm_mac": "macKey(b.VMMAC)", "peer_mac": "macKey(b.PeerMAC)"}},
 }
 
 // identity is the role of each record-identity column: a batch's
@@ -222,11 +217,11 @@ type {{.Type}} struct {
 func encode{{.Type}}Columns(recs []{{.Type}}, id *Identity, form wireForm, a *colArena) []wireColumn {
 	n := len(recs)
 {{- range $i, $c := .Columns}}
-{{- if and (isString $c.Kind) $c.Dict}}
-	var c{{$i}} dictColumn
+{{- if and (isString $c.Kind) $c.Addr}}
+	var c{{$i}} ipColumn
 	c{{$i}}.reset(n, form, a)
-{{- else if and (isString $c.Kind) (index $.Bin.Col $c.Name)}}
-	var c{{$i}} {{index $.Bin.Col $c.Name}}
+{{- else if and (isString $c.Kind) $c.Dict}}
+	var c{{$i}} dictColumn
 	c{{$i}}.reset(n, form, a)
 {{- else if isString $c.Kind}}
 	var c{{$i}} stringColumn

@@ -14,7 +14,7 @@ import (
 // an index, a dictionary<int8|int16|int32, utf8> like the low-cardinality
 // columns (subscribers read strings by value; docs/subscribers.md). A
 // message where most rows bring an address of their own is sent as plain
-// utf8 instead (ipPlain): there an index per row only adds bytes. The
+// utf8 instead (ipPlainMin): there an index per row only adds bytes. The
 // other forms send plain utf8, as agents before IP dictionaries did.
 type ipColumn struct {
 	plain bool         // utf8: s holds every row's text
@@ -56,7 +56,7 @@ func (c *ipColumn) reset(n int, form wireForm, a *colArena) {
 		return
 	}
 	c.keys = a.int32s(n)[:0]
-	c.s.resetIn(a, min(n, ipPlainMin), 16)
+	c.s.resetIn(a, n, 16) // the arena's buffers: no growth within a message
 	c.tab = a.ipTable(2 * ipPlainMin)
 }
 

@@ -151,3 +151,45 @@ func byValue(a arrow.Array, i int) string {
 	}
 	return fmt.Sprintf("<%s>", a.DataType())
 }
+
+// TestIPColumnReuse: one encoder's messages in turn, each with other
+// addresses and another form (dictionary, the switch to utf8, a small
+// message), reuse the arena's address tables and buffers: every message
+// decodes to exactly its own addresses (no entry of an earlier message
+// shows through), and the encoder keeps no more arenas than its bound.
+func TestIPColumnReuse(t *testing.T) {
+	enc, err := schemas.NewEncoder(schemas.CodecLZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := []func(m int) []schemas.Flow{
+		func(m int) []schemas.Flow { // 2,000 of 6,000 rows distinct: int16 dictionary, tables grown
+			return ipFlows(6000, func(i int) netip.Addr { return v4(m<<16 | i%2000) }, func(i int) netip.Addr { return v4(m<<16 | i%7) })
+		},
+		func(m int) []schemas.Flow { // every row its own: utf8 after the switch
+			return ipFlows(5000, func(i int) netip.Addr { return v4(m<<16 | i) }, func(i int) netip.Addr { return v4(m<<16 | 1) })
+		},
+		func(m int) []schemas.Flow { // small
+			return ipFlows(40, func(i int) netip.Addr { return v4(m<<16 | i%3) }, func(i int) netip.Addr { return v4(m<<16 | i%5) })
+		},
+	}
+	for m := range 30 { // 10× each shape
+		recs := shapes[m%len(shapes)](m)
+		body, err := enc.Encode(nil, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := schemas.NewDecoder().Decode(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range got {
+			if w := [2]string{recs[i].SrcIPText(), recs[i].DstIPText()}; [2]string{r.SrcIP, r.DstIP} != w {
+				t.Fatalf("message %d row %d: decoded %q %q, want %q", m, i, r.SrcIP, r.DstIP, w)
+			}
+		}
+	}
+	if n := enc.IdleArenas(); n > 2 {
+		t.Fatalf("the encoder keeps %d arenas, want at most 2", n)
+	}
+}

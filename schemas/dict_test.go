@@ -57,14 +57,7 @@ func TestWireForms(t *testing.T) {
 				case "wide":
 					enc = enc.WideIndices()
 				}
-				body, err := enc.Encode(nil, recs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := schemas.NewDecoder().Decode(nil, body)
-				if err != nil {
-					t.Fatal(err)
-				}
+				body, got := roundTrip(t, enc, recs)
 				if !reflect.DeepEqual(got, recs) {
 					t.Fatal("records differ after the round trip")
 				}

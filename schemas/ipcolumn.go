@@ -72,6 +72,13 @@ func ipSlotOf(v netip.Addr) ipSlot {
 	return ipSlot{kind: ipKindNone}
 }
 
+// slot is where the address's probe starts in a table of size slots (a
+// power of two).
+func (sl *ipSlot) slot(size int) uint64 {
+	h := (sl.hi ^ bits.RotateLeft64(sl.lo, 29) ^ uint64(sl.kind)) * 0x9E3779B97F4A7C15
+	return h >> (64 - bits.TrailingZeros(uint(size)))
+}
+
 func beUint64(b []byte) uint64 {
 	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
@@ -93,9 +100,7 @@ func (c *ipColumn) addIP(v netip.Addr) {
 		return
 	}
 	mask := uint64(len(c.tab) - 1)
-	h := (key.hi ^ bits.RotateLeft64(key.lo, 29) ^ uint64(key.kind)) * 0x9E3779B97F4A7C15
-	i := h >> (64 - bits.TrailingZeros(uint(len(c.tab))))
-	for ; ; i = (i + 1) & mask {
+	for i := key.slot(len(c.tab)); ; i = (i + 1) & mask {
 		sl := &c.tab[i]
 		if sl.kind == 0 { // a new entry
 			key.k = int32(len(c.s.offsets) - 1)
@@ -149,13 +154,11 @@ func (c *ipColumn) grown() {
 	old := c.tab
 	c.tab = c.arena.ipTable(2 * len(old))
 	mask := uint64(len(c.tab) - 1)
-	shift := 64 - bits.TrailingZeros(uint(len(c.tab)))
 	for _, sl := range old {
 		if sl.kind == 0 {
 			continue
 		}
-		h := (sl.hi ^ bits.RotateLeft64(sl.lo, 29) ^ uint64(sl.kind)) * 0x9E3779B97F4A7C15
-		i := h >> shift
+		i := sl.slot(len(c.tab))
 		for c.tab[i].kind != 0 {
 			i = (i + 1) & mask
 		}

@@ -80,10 +80,7 @@ func TestIPColumn(t *testing.T) {
 			case "plain":
 				enc = enc.PlainStrings()
 			}
-			body, err := enc.Encode(nil, tc.recs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			body, got := roundTrip(t, enc, tc.recs)
 			want := make([][2]string, len(tc.recs))
 			for i, r := range tc.recs {
 				if r.Bin.Valid {
@@ -91,10 +88,6 @@ func TestIPColumn(t *testing.T) {
 				} else {
 					want[i] = [2]string{r.SrcIP, r.DstIP}
 				}
-			}
-			got, err := schemas.NewDecoder().Decode(nil, body)
-			if err != nil {
-				t.Fatal(err)
 			}
 			for i, r := range got {
 				if [2]string{r.SrcIP, r.DstIP} != want[i] {
@@ -123,6 +116,21 @@ func TestIPColumn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// roundTrip encodes recs with enc and decodes the body with tapflow's
+// decoder.
+func roundTrip(t *testing.T, enc *schemas.Encoder, recs []schemas.Flow) ([]byte, []schemas.Flow) {
+	t.Helper()
+	body, err := enc.Encode(nil, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := schemas.NewDecoder().Decode(nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body, got
 }
 
 func textIPs(n int, ip func(i int) string) []schemas.Flow {
@@ -175,14 +183,7 @@ func TestIPColumnReuse(t *testing.T) {
 	}
 	for m := range 30 { // 10× each shape
 		recs := shapes[m%len(shapes)](m)
-		body, err := enc.Encode(nil, recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := schemas.NewDecoder().Decode(nil, body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, got := roundTrip(t, enc, recs)
 		for i, r := range got {
 			if w := [2]string{recs[i].SrcIPText(), recs[i].DstIPText()}; [2]string{r.SrcIP, r.DstIP} != w {
 				t.Fatalf("message %d row %d: decoded %q %q, want %q", m, i, r.SrcIP, r.DstIP, w)

@@ -326,14 +326,7 @@ func TestDictionaryCache(t *testing.T) {
 					}
 					recs[i], want[i] = r, w
 				}
-				body, err := enc.Encode(nil, recs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := schemas.NewDecoder().Decode(nil, body)
-				if err != nil {
-					t.Fatal(err)
-				}
+				_, got := roundTrip(t, enc, recs)
 				for i := range want {
 					if !reflect.DeepEqual(got[i], want[i]) {
 						t.Fatalf("message %d record %d:\ngot  %+v\nwant %+v", msg, i, got[i], want[i])
